@@ -1,0 +1,58 @@
+"""Typed errors: every failure a caller can cause is a `VisionCacheError`.
+
+Errors about a wrong value subclass `ValueError`, errors about a wrong type subclass `TypeError`,
+so engines that already catch those keep working. Each is raised before any cache state changes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "EncoderOutputError",
+    "ImageTooLargeError",
+    "InvalidImageError",
+    "UnsupportedImageTypeError",
+    "VisionCacheError",
+    "describe_input",
+]
+
+_PREVIEW_CHARS = 80
+
+
+class VisionCacheError(Exception):
+    """Base class of every error visioncache raises on purpose."""
+
+
+class InvalidImageError(VisionCacheError, ValueError):
+    """An image input has the right type but cannot identify an image.
+
+    Examples: a string that is neither an existing file, a ``data:`` URL nor an http(s) URL;
+    corrupt base64; bytes that are not an image file; an empty image.
+    """
+
+
+class ImageTooLargeError(InvalidImageError):
+    """An image input is larger than the configured ``max_image_bytes``."""
+
+
+class UnsupportedImageTypeError(VisionCacheError, TypeError):
+    """An image input (or an ``images`` argument) has a type visioncache does not accept."""
+
+
+class ConfigurationError(VisionCacheError, ValueError):
+    """A constructor argument or setting is invalid (e.g. a byte size such as ``"2 parsecs"``)."""
+
+
+class EncoderOutputError(VisionCacheError, ValueError):
+    """An ``encode_fn`` / ``preprocess_fn`` returned a result that cannot be matched to its inputs."""
+
+
+def describe_input(value: object) -> str:
+    """A short, safe description of an input for error messages (long strings are truncated)."""
+    if isinstance(value, str):
+        text = value if len(value) <= _PREVIEW_CHARS else value[:_PREVIEW_CHARS] + "..."
+        return f"{text!r} (str, {len(value)} chars)"
+    if isinstance(value, bytes | bytearray | memoryview):
+        head = bytes(value[:16])
+        return f"{type(value).__name__} of {len(value)} bytes starting {head!r}"
+    return f"object of type {type(value).__module__}.{type(value).__qualname__}"
