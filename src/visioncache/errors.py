@@ -8,10 +8,13 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigurationError",
+    "CorruptEntryError",
     "EncoderOutputError",
     "ImageTooLargeError",
     "InvalidImageError",
+    "UnserializableValueError",
     "UnsupportedImageTypeError",
+    "UnsupportedInputTypeError",
     "VisionCacheError",
     "describe_input",
 ]
@@ -35,7 +38,11 @@ class ImageTooLargeError(InvalidImageError):
     """An image input is larger than the configured ``max_image_bytes``."""
 
 
-class UnsupportedImageTypeError(VisionCacheError, TypeError):
+class UnsupportedInputTypeError(VisionCacheError, TypeError):
+    """An argument has a type visioncache does not accept (e.g. a prompt that is not a str)."""
+
+
+class UnsupportedImageTypeError(UnsupportedInputTypeError):
     """An image input (or an ``images`` argument) has a type visioncache does not accept."""
 
 
@@ -45,6 +52,17 @@ class ConfigurationError(VisionCacheError, ValueError):
 
 class EncoderOutputError(VisionCacheError, ValueError):
     """An ``encode_fn`` / ``preprocess_fn`` returned a result that cannot be matched to its inputs."""
+
+
+class CorruptEntryError(VisionCacheError, ValueError):
+    """A stored blob is truncated, altered, forged (HMAC mismatch) or of an unknown format version.
+
+    Tiers treat it as a miss: the entry is deleted and counted, never returned.
+    """
+
+
+class UnserializableValueError(VisionCacheError, TypeError):
+    """A value holds something the tier serialisation cannot store (e.g. an arbitrary object)."""
 
 
 def describe_input(value: object) -> str:

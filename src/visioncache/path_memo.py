@@ -1,0 +1,64 @@
+"""Memo of file digests keyed by (st_dev, st_ino, st_size, st_mtime_ns), so unchanged files are not re-read.
+
+An edited file changes its size or modification time, so it is re-hashed, never served stale.
+To close the "racy" window of coarse timestamps (a second write within the same clock tick as
+the first leaves ``st_mtime_ns`` unchanged), a digest is remembered only for a file whose
+modification time is at least ``settle_seconds`` in the past when it is read — the approach git
+takes for its index.
+
+The one limit: a file rewritten in place (same inode) with the same size whose modification time
+is then set back to its old value (``touch -d``, ``rsync -t``, ``tar -x`` over it, ``os.utime``)
+looks unchanged and keeps its old digest until it leaves the memo. Call ``clear()`` after such
+tools, or pass bytes instead of the path.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+
+__all__ = ["PathDigestMemo"]
+
+_StatKey = tuple[int, int, int, int]
+
+
+def _stat_key(status: os.stat_result) -> _StatKey:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
+class PathDigestMemo:
+    """A bounded, thread-safe LRU of path -> (stat key, digest)."""
+
+    def __init__(self, max_entries: int = 4096, settle_seconds: float = 2.0):
+        self.max_entries = max_entries
+        self.settle_seconds = settle_seconds
+        self._entries: OrderedDict[str, tuple[_StatKey, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def lookup(self, path: str, status: os.stat_result) -> bytes | None:
+        """The remembered digest if the file's stat key is unchanged, else None."""
+        with self._lock:
+            found = self._entries.get(path)
+            if found is None or found[0] != _stat_key(status):
+                return None
+            self._entries.move_to_end(path)
+            return found[1]
+
+    def remember(self, path: str, status: os.stat_result, digest: bytes) -> None:
+        """Remember ``digest`` for ``path`` if the file has settled (see module docstring)."""
+        if self.max_entries <= 0 or status.st_mtime_ns > time.time_ns() - self.settle_seconds * 1e9:
+            return
+        with self._lock:
+            self._entries[path] = (_stat_key(status), digest)
+            self._entries.move_to_end(path)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
