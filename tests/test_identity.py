@@ -1,0 +1,195 @@
+"""Image identity: one digest per content, whatever the form; never one digest for two inputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import data_url, encode_image, random_image
+from visioncache import (
+    ImageTooLargeError,
+    InvalidImageError,
+    UnsupportedImageTypeError,
+    compute_image_hash,
+    compute_images_hash,
+)
+from visioncache.identity import ImageHasher
+
+
+def test_same_bytes_as_path_bytes_data_url_and_pathlike_share_a_digest(photo_jpeg, settled_file):
+    path = settled_file(photo_jpeg, "hopper.jpg")
+    digests = {
+        compute_image_hash(photo_jpeg),
+        compute_image_hash(bytearray(photo_jpeg)),
+        compute_image_hash(memoryview(photo_jpeg)),
+        compute_image_hash(str(path)),
+        compute_image_hash(path),
+        compute_image_hash(data_url(photo_jpeg, "image/jpeg")),
+    }
+    assert len(digests) == 1
+
+
+def test_digest_is_256_bit_hex(make_png):
+    digest = compute_image_hash(make_png(0))
+    assert len(digest) == 64 and int(digest, 16) >= 0
+
+
+def test_percent_encoded_data_url_matches_bytes(make_png):
+    from urllib.parse import quote_from_bytes
+
+    data = make_png(1)
+    assert compute_image_hash("data:image/png," + quote_from_bytes(data)) == compute_image_hash(data)
+
+
+# ---- collision suite: each way two inputs could wrongly share a key ------------------------------
+def test_collision_order_of_images(make_png):
+    a, b = make_png(1), make_png(2)
+    assert compute_images_hash([a, b]) != compute_images_hash([b, a])
+
+
+def test_collision_count_of_images(make_png):
+    a = make_png(1)
+    assert compute_images_hash([a]) != compute_images_hash([a, a])
+
+
+def test_collision_array_shape():
+    pixels = np.arange(24, dtype=np.uint8)
+    assert compute_image_hash(pixels.reshape(2, 12)) != compute_image_hash(pixels.reshape(3, 8))
+    assert compute_image_hash(pixels.reshape(2, 3, 4)) != compute_image_hash(pixels.reshape(2, 12))
+
+
+def test_collision_array_dtype():
+    pixels = np.zeros(8, dtype=np.uint8)
+    assert compute_image_hash(pixels) != compute_image_hash(pixels.view(np.int8))
+    assert compute_image_hash(pixels.view(np.uint16)) != compute_image_hash(pixels.view(np.int16))
+
+
+def test_array_layout_does_not_change_digest():
+    pixels = np.arange(24, dtype=np.uint8).reshape(4, 6)
+    assert compute_image_hash(np.asfortranarray(pixels)) == compute_image_hash(pixels.copy())
+
+
+def test_collision_pil_mode_and_size():
+    gray = Image.frombytes("L", (4, 6), bytes(range(24)))
+    assert compute_image_hash(gray) != compute_image_hash(Image.frombytes("L", (6, 4), bytes(range(24))))
+    assert compute_image_hash(gray) != compute_image_hash(Image.frombytes("P", (4, 6), bytes(range(24))))
+
+
+def test_collision_pil_palette_and_transparency():
+    first = Image.frombytes("P", (2, 2), bytes([0, 1, 2, 3]))
+    second = first.copy()
+    second.putpalette([255, 0, 0] * 256)
+    assert compute_image_hash(first) != compute_image_hash(second)
+    third = first.copy()
+    third.info["transparency"] = 0
+    assert compute_image_hash(first) != compute_image_hash(third)
+
+
+def test_collision_pil_vs_array_vs_encoded_bytes():
+    image = random_image(3)
+    array = np.asarray(image)
+    encoded = encode_image(image)
+    digests = {compute_image_hash(image), compute_image_hash(array), compute_image_hash(encoded)}
+    assert len(digests) == 3
+
+
+def test_collision_url_vs_file_with_same_text(tmp_path: Path, make_png):
+    # A file whose *content* is a URL's text must not share the URL's digest.
+    url = "https://example.invalid/cat.png"
+    assert compute_image_hash(url) != compute_image_hash(make_png(4))
+    assert compute_image_hash(url) != compute_image_hash("https://example.invalid/dog.png")
+    assert compute_image_hash(url) == compute_image_hash("HTTPS://example.invalid/cat.png".replace("HTTPS", "https"))
+
+
+# ---- the path memo ---------------------------------------------------------------------------------
+def test_unchanged_path_is_not_reread(settled_file, make_png, monkeypatch):
+    hasher = ImageHasher()
+    path = settled_file(make_png(5))
+    first = hasher.digest(str(path))
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
+    assert hasher.digest(str(path)) == first
+    assert opened == []
+
+
+def test_edited_file_is_never_served_stale(settled_file, make_png):
+    hasher = ImageHasher()
+    original = make_png(6)
+    path = settled_file(original)
+    before = hasher.digest(str(path))
+    assert len(hasher.path_memo) == 1
+    # Same size, same inode, one byte changed, modification time moved (as any write does).
+    edited = bytearray(original)
+    edited[-20] ^= 0xFF
+    path.write_bytes(bytes(edited))
+    status = path.stat()
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns - 30 * 10**9))
+    after = hasher.digest(str(path))
+    assert after.hex() == compute_image_hash(bytes(edited)) and after != before
+
+
+def test_recently_written_file_is_not_memoised(tmp_path: Path, make_png):
+    # The racy-timestamp rule: a file modified "now" may change again within the same tick.
+    hasher = ImageHasher()
+    path = tmp_path / "fresh.png"
+    path.write_bytes(make_png(8))
+    hasher.digest(str(path))
+    assert len(hasher.path_memo) == 0
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("image", "error", "fragment"),
+    [
+        ("/no/such/file.png", InvalidImageError, "/no/such/file.png"),
+        ("aGVsbG8gd29ybGQ=", InvalidImageError, "aGVsbG8gd29ybGQ="),
+        ("data:image/png;base64,@@@@", InvalidImageError, "corrupt base64"),
+        ("data:image/png;base64,abc", InvalidImageError, "corrupt base64"),
+        ("data:image/png;base64" + "A" * 400, InvalidImageError, "malformed data: URL"),
+        (b"this is not an image at all", InvalidImageError, "not an image"),
+        (b"", InvalidImageError, "not an image"),
+        (12345, UnsupportedImageTypeError, "int"),
+        (None, UnsupportedImageTypeError, "NoneType"),
+        (np.array([], dtype=np.uint8), InvalidImageError, "non-empty"),
+        (np.array([object()]), InvalidImageError, "numeric"),
+    ],
+)
+def test_bad_input_raises_typed_error_naming_the_input(image, error, fragment):
+    with pytest.raises(error) as raised:
+        compute_image_hash(image)
+    assert fragment in str(raised.value)
+
+
+def test_data_url_of_non_image_bytes_is_rejected():
+    with pytest.raises(InvalidImageError, match="does not hold an image"):
+        compute_image_hash(data_url(b"plain text, base64-encoded"))
+
+
+def test_long_input_is_truncated_in_the_message():
+    with pytest.raises(InvalidImageError) as raised:
+        compute_image_hash("x" * 5000)
+    assert len(str(raised.value)) < 300
+
+
+def test_bad_input_errors_are_value_or_type_errors():
+    with pytest.raises(ValueError):
+        compute_image_hash("not a file")
+    with pytest.raises(TypeError):
+        compute_image_hash(3.5)
+
+
+def test_oversize_input_raises_before_reading(settled_file, make_png):
+    hasher = ImageHasher(max_image_bytes=100)
+    data = make_png(9)
+    for form in (data, data_url(data), str(settled_file(data))):
+        with pytest.raises(ImageTooLargeError, match="max_image_bytes=100"):
+            hasher.digest(form)
+
+
+def test_empty_list_hash_is_no_images():
+    assert compute_images_hash([]) == "no_images"

@@ -1,0 +1,129 @@
+"""The one store: bounds, LRU order, replacement, rejection, pins and single-flight claims."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from visioncache.store import PutResult, Store
+
+
+def array(nbytes: int) -> np.ndarray:
+    return np.zeros(nbytes, dtype=np.uint8)
+
+
+def test_entry_bound_evicts_least_recently_used():
+    store = Store(max_entries=2)
+    store.put("a", 1)
+    store.put("b", 2)
+    assert store.get("a") == 1  # a is now most recently used
+    store.put("c", 3)
+    assert "b" not in store and "a" in store and "c" in store
+    assert store.stats()["evictions"] == 1
+
+
+def test_byte_bound_evicts_until_the_new_value_fits():
+    store = Store(max_bytes=100)
+    for key in "abc":
+        store.put(key, array(40))
+    assert len(store) == 2 and store.nbytes == 80 and "a" not in store
+    store.put("d", array(90))
+    assert list(store.stats()[k] for k in ("size", "bytes")) == [1, 90]
+
+
+def test_value_larger_than_budget_is_rejected_and_others_stay():
+    store = Store(max_bytes=100)
+    store.put("small", array(10))
+    assert store.put("huge", array(101)) is PutResult.REJECTED
+    assert "huge" not in store and "small" in store
+    assert store.stats()["rejections"] == 1 and store.nbytes == 10
+
+
+def test_replacing_a_key_updates_bytes_and_order_without_evicting():
+    store = Store(max_entries=2, max_bytes=100)
+    store.put("a", array(30))
+    store.put("b", array(30))
+    assert store.put("a", array(50)) is PutResult.REPLACED
+    assert len(store) == 2 and store.nbytes == 80 and store.stats()["evictions"] == 0
+    store.put("c", array(10))  # evicts b, the least recently used after a's replacement
+    assert "b" not in store and "a" in store
+
+
+def test_zero_entries_disables_cleanly():
+    store = Store(max_entries=0)
+    assert store.put("a", 1) is PutResult.DISABLED
+    assert store.get("a") is None and len(store) == 0
+    assert store.stats()["rejections"] == 0
+
+
+def test_pinned_entries_survive_eviction_and_become_evictable_after_release():
+    store = Store(max_entries=2)
+    store.pin("a")  # pinned before the value exists
+    store.put("a", 1)
+    store.put("b", 2)
+    store.put("c", 3)
+    assert "a" in store and "b" not in store
+    store.unpin("a")
+    store.get("c")  # a is now least recently used among unpinned entries
+    store.put("d", 4)
+    assert "a" not in store
+
+
+def test_pinned_entries_filling_the_budget_reject_new_values():
+    store = Store(max_bytes=100)
+    store.pin("a")
+    store.put("a", array(80))
+    assert store.put("b", array(30)) is PutResult.REJECTED
+    assert "a" in store and store.nbytes == 80
+    store.unpin("a")
+    assert store.put("b", array(30)) is PutResult.INSERTED and "a" not in store
+
+
+def test_pins_are_counted():
+    store = Store(max_entries=1)
+    store.pin("a")
+    store.pin("a")
+    store.put("a", 1)
+    store.unpin("a")
+    assert store.put("b", 2) is PutResult.REJECTED  # a still holds one pin
+    store.unpin("a")
+    assert store.put("b", 2) is PutResult.INSERTED
+    with pytest.raises(RuntimeError, match="unpin without a matching pin"):
+        store.unpin("a")
+
+
+def test_claim_gives_one_owner_and_others_wait_for_its_value():
+    store = Store()
+    first, second = store.claim("k"), store.claim("k")
+    assert first.owner and not second.owner and second.future is first.future
+    store.fulfil("k", "value")
+    assert second.future.result(timeout=1) == "value"
+    assert store.claim("k").value == "value"
+
+
+def test_abandoned_claim_passes_the_error_to_waiters_and_allows_a_retry():
+    store = Store()
+    owner, waiter = store.claim("k"), store.claim("k")
+    store.abandon("k", KeyError("boom"))
+    with pytest.raises(KeyError):
+        waiter.future.result(timeout=1)
+    assert store.claim("k").owner and "k" not in store
+    assert owner.owner
+
+
+def test_hits_add_their_recorded_cost_to_time_saved():
+    store = Store()
+    store.put("a", 1, cost=0.25)
+    store.get("a")
+    store.get("a")
+    assert store.stats()["time_saved"] == pytest.approx(0.5)
+
+
+def test_clear_keeps_pins():
+    store = Store(max_entries=1)
+    store.pin("a")
+    store.put("a", 1)
+    store.clear()
+    assert len(store) == 0 and store.stats()["hits"] == 0
+    store.put("a", 1)
+    assert store.put("b", 2) is PutResult.REJECTED  # a is still pinned
