@@ -200,7 +200,7 @@ def test_oversize_embedding_is_returned_but_not_stored(make_png):
 
 @pytest.mark.parametrize(
     "expect_factory",
-    [lambda: [3], lambda: (lambda value: value.shape[0] == 3)],
+    [lambda: [3], lambda: lambda value: value.shape[0] == 3],
     ids=["token-count", "callable"],
 )
 def test_validation_failure_on_hit_re_encodes_and_is_counted(make_png, expect_factory: Callable[[], object]):

@@ -102,7 +102,9 @@ def test_collision_url_vs_file_with_same_text(tmp_path: Path, make_png):
     url = "https://example.invalid/cat.png"
     assert compute_image_hash(url) != compute_image_hash(make_png(4))
     assert compute_image_hash(url) != compute_image_hash("https://example.invalid/dog.png")
-    assert compute_image_hash(url) == compute_image_hash("HTTPS://example.invalid/cat.png".replace("HTTPS", "https"))
+    assert compute_image_hash(url) == compute_image_hash(
+        "HTTPS://example.invalid/cat.png".replace("HTTPS", "https")
+    )
 
 
 # ---- the path memo ---------------------------------------------------------------------------------

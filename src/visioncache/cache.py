@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from visioncache.batching import Validator, resolve
+from visioncache.batching import resolve
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
 from visioncache.errors import (
     ConfigurationError,
@@ -37,14 +37,14 @@ from visioncache.identity import DEFAULT_MAX_IMAGE_BYTES, ImageHasher
 from visioncache.keys import DEFAULT_NAMESPACE, KeyBuilder
 from visioncache.stats import VisionCacheStats, hit_rate
 from visioncache.store import PutResult, Store
+from visioncache.tiers.base import Tier
+from visioncache.tiers.chain import TierChain
+from visioncache.validation import Expectation, batch_validator
 from visioncache.values import copy_containers, parse_byte_size
 
-__all__ = ["Expectation", "VisionEmbeddingCache"]
+__all__ = ["VisionEmbeddingCache"]
 
 ByteSize = int | str | None
-# A check of a cached embedding on a hit: a callable(value) -> bool, or per image the expected
-# number of tokens (the first dimension of the value's first array).
-Expectation = Callable[[Any], bool] | Sequence[int] | None
 
 DEFAULT_MAX_PIXEL_BYTES = "1GiB"
 DEFAULT_MAX_ENCODING_BYTES = "1GiB"
@@ -64,6 +64,10 @@ class VisionEmbeddingCache:
             or None for no byte bound). The pixel-only level shares the pixel level's bounds.
         max_embedding_entries: entry bound of the embedding level (default 4096).
         max_image_bytes: larger image inputs raise `ImageTooLargeError` (default ``"256MiB"``).
+        tiers: shared tiers below memory (read on a miss and promoted, written on every store):
+            a `TierChain`, a list of tiers, None for memory only, or ``"env"`` (the default) to
+            build them from ``VISIONCACHE_*`` environment variables (see `TierChain.from_env`;
+            none set means memory only).
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class VisionEmbeddingCache:
         max_embedding_entries: int | None = DEFAULT_MAX_EMBEDDING_ENTRIES,
         max_embedding_bytes: ByteSize = DEFAULT_MAX_EMBEDDING_BYTES,
         max_image_bytes: int | str = DEFAULT_MAX_IMAGE_BYTES,
+        tiers: TierChain | Sequence[Tier] | str | None = "env",
     ):
         for name, value in (("max_pixel_entries", max_pixel_entries),
                             ("max_encoding_entries", max_encoding_entries),
@@ -99,6 +104,9 @@ class VisionEmbeddingCache:
         }  # fmt: skip
         self._images_processed = 0
         self._lock = threading.Lock()
+        self._tiers = _build_tiers(tiers)
+        if self._tiers is not None:
+            self._tiers.register_namespace(self._keys.tag, self._keys.namespace)
         self.enabled = enabled
 
     # ---- configuration -------------------------------------------------------------------------
@@ -132,13 +140,38 @@ class VisionEmbeddingCache:
         return self._keys.key(level, digests, prompt) if digests else None
 
     def _image_keys(self, level: str, images: Sequence[Any]) -> list[str]:
-        return [self._keys.key(level, [digest]) for digest in self.image_digests(images)]
+        return [self._keys.image_key(level, digest) for digest in self.image_digests(images)]
+
+    @property
+    def tiers(self) -> TierChain | None:
+        """The shared tiers below memory, or None."""
+        return self._tiers
+
+    def _get(self, level: str, key: str) -> Any | None:
+        """Memory, then the lower tiers (a hit there is promoted into memory)."""
+        store = self._levels[level]
+        value = store.get(key)
+        if value is None and self._tiers is not None and store.enabled:
+            loaded = self._tiers.load_entry(key)
+            if loaded is not None:
+                value, cost = loaded
+                store.put(key, value, cost=cost)
+                # store.get counted a miss; from the caller's side this was a hit.
+                store.record(hits=1, misses=-1, time_saved=cost)
+        return value
+
+    def _put(self, level: str, key: str, value: Any, cost: float) -> PutResult:
+        """Memory, and down to every lower tier."""
+        result = self._levels[level].put(key, value, cost=cost)
+        if self._tiers is not None and result is not PutResult.DISABLED:
+            self._tiers.save_entry(key, value, cost)
+        return result
 
     # ---- the reference's levels ----------------------------------------------------------------
     def get_pixel_cache(self, images: Sequence[Any], prompt: str) -> PixelCacheEntry | None:
         """Processor output cached for these images (in this order) and this prompt."""
         key = self._key("pixel", images, prompt) if self.enabled else None
-        entry = self._levels["pixel"].get(key) if key else None
+        entry = self._get("pixel", key) if key else None
         # A copy of the containers: a consumer mutating extra_kwargs cannot reach the cache.
         return replace(entry, extra_kwargs=copy_containers(entry.extra_kwargs)) if entry else None
 
@@ -158,14 +191,15 @@ class VisionEmbeddingCache:
             return
         entry = PixelCacheEntry(pixel_values, input_ids, attention_mask, image_grid_thw,
                                 copy_containers(dict(extra_kwargs or {})), processing_time)  # fmt: skip
-        if self._levels["pixel"].put(key, entry, cost=processing_time) is PutResult.INSERTED:
+        if self._put("pixel", key, entry, processing_time) is PutResult.INSERTED:
             with self._lock:
                 self._images_processed += len(images)
 
     def get_pixel_values(self, images: Sequence[Any]) -> PixelOnlyCacheEntry | None:
         """Image-processor output cached for these images (prompt-independent)."""
         key = self._key("pixel_only", images) if self.enabled else None
-        return self._levels["pixel_only"].get(key) if key else None
+        value: PixelOnlyCacheEntry | None = self._get("pixel_only", key) if key else None
+        return value
 
     def set_pixel_values(
         self,
@@ -177,11 +211,12 @@ class VisionEmbeddingCache:
         key = self._key("pixel_only", images) if self.enabled else None
         if key is not None:
             entry = PixelOnlyCacheEntry(pixel_values, image_grid_thw, processing_time)
-            self._levels["pixel_only"].put(key, entry, cost=processing_time)
+            self._put("pixel_only", key, entry, processing_time)
 
     def get_encoding_cache(self, images: Sequence[Any], prompt: str) -> EncodingCacheEntry | None:
         key = self._key("encoding", images, prompt) if self.enabled else None
-        return self._levels["encoding"].get(key) if key else None
+        value: EncodingCacheEntry | None = self._get("encoding", key) if key else None
+        return value
 
     def set_encoding_cache(
         self,
@@ -195,15 +230,14 @@ class VisionEmbeddingCache:
         key = self._key("encoding", images, prompt) if self.enabled else None
         if key is not None:
             entry = EncodingCacheEntry(logits, first_token, logprobs, encoding_time)
-            self._levels["encoding"].put(key, entry, cost=encoding_time)
+            self._put("encoding", key, entry, encoding_time)
 
     # ---- per-image levels ----------------------------------------------------------------------
     def get_image_embeddings(self, images: Sequence[Any]) -> list[Any | None]:
         """The cached encoder output of each image, or None where missing; in input order."""
         if not self.enabled:
             return [None] * len(images)
-        store = self._levels["embedding"]
-        return [store.get(key) for key in self._image_keys("embedding", images)]
+        return [self._get("embedding", key) for key in self._image_keys("embedding", images)]
 
     def set_image_embeddings(
         self, images: Sequence[Any], values: Sequence[Any], encoding_time: float = 0.0
@@ -215,7 +249,7 @@ class VisionEmbeddingCache:
         if not self.enabled or not keys:
             return
         for key, value in zip(keys, values, strict=True):
-            self._levels["embedding"].put(key, value, cost=encoding_time / len(keys))
+            self._put("embedding", key, value, encoding_time / len(keys))
 
     def encode_images(
         self,
@@ -250,8 +284,9 @@ class VisionEmbeddingCache:
                 raise EncoderOutputError(f"encode_fn returned {len(values)} values for {len(flat)} images")
         else:
             keys = self._image_keys("embedding", flat)
-            validator = _batch_validator(expect, [len(request) for request in requests])
-            values = resolve(self._levels["embedding"], keys, flat, encode_fn, validate=validator)
+            validator = batch_validator(expect, [len(request) for request in requests])
+            values = resolve(self._levels["embedding"], keys, flat, encode_fn, validate=validator,
+                             lower=self._tiers)  # fmt: skip
         results, start = [], 0
         for request in requests:
             results.append(values[start : start + len(request)])
@@ -271,7 +306,8 @@ class VisionEmbeddingCache:
         if not self.enabled:
             return list(preprocess_fn(list(images)))
         keys = self._image_keys("pixel_only", images)
-        return resolve(self._levels["pixel_only"], keys, list(images), preprocess_fn, what="preprocess_fn")
+        return resolve(self._levels["pixel_only"], keys, list(images), preprocess_fn, what="preprocess_fn",
+                       lower=self._tiers)  # fmt: skip
 
     @contextmanager
     def pinned(self, images: Sequence[Any]) -> Iterator[None]:
@@ -282,7 +318,7 @@ class VisionEmbeddingCache:
         new values for that level are returned to their callers but not stored (rejections).
         """
         digests = self.image_digests(images)
-        pins = [(self._levels[level], self._keys.key(level, [digest]))
+        pins = [(self._levels[level], self._keys.image_key(level, digest))
                 for digest in digests for level in ("embedding", "pixel_only")]  # fmt: skip
         for store, key in pins:
             store.pin(key)
@@ -318,6 +354,8 @@ class VisionEmbeddingCache:
             result[f"{level}_hit_rate"] = hit_rate(counters["hits"], counters["misses"])
             result[f"{level}_time_saved"] = counters["time_saved"]
         result["embedding_images_encoded"] = result["embedding_cache_computed"]
+        if self._tiers is not None:
+            result["tiers"] = self._tiers.stats()
         return result
 
     def clear(self) -> None:
@@ -334,49 +372,11 @@ class VisionEmbeddingCache:
         return f"<VisionEmbeddingCache {sizes}>"
 
 
-def _batch_validator(
-    expect: Sequence[Expectation] | Callable[[Any], bool] | None, lengths: list[int]
-) -> Validator | None:
-    """Turn per-request expectations into one check by position in the flattened batch."""
-    if expect is None:
-        return None
-    if callable(expect):
-        check = expect
-        return lambda _index, value: bool(check(value))
-    if len(expect) != len(lengths):
-        raise EncoderOutputError(f"expect has {len(expect)} entries for {len(lengths)} requests")
-    per_image: list[Callable[[Any], bool] | int | None] = []
-    for request_expect, length in zip(expect, lengths, strict=True):
-        if request_expect is None or callable(request_expect):
-            per_image.extend([request_expect] * length)
-        elif len(request_expect) != length:
-            raise EncoderOutputError(f"expect lists {len(request_expect)} token counts for {length} images")
-        else:
-            per_image.extend(request_expect)
-
-    def validate(index: int, value: Any) -> bool:
-        check = per_image[index]
-        if check is None:
-            return True
-        if callable(check):
-            return bool(check(value))
-        return token_count(value) == check
-
-    return validate
-
-
-def token_count(value: Any) -> int | None:
-    """The first dimension of the first array in a value (depth-first, dicts in insertion order)."""
-    shape = getattr(value, "shape", None)
-    if shape is not None:
-        return int(shape[0]) if len(shape) else None
-    children: Sequence[Any] = ()
-    if isinstance(value, dict):
-        children = list(value.values())
-    elif isinstance(value, list | tuple):
-        children = value
-    for child in children:
-        count = token_count(child)
-        if count is not None:
-            return count
-    return None
+def _build_tiers(tiers: TierChain | Sequence[Tier] | str | None) -> TierChain | None:
+    if tiers is None or isinstance(tiers, TierChain):
+        return tiers
+    if tiers == "env":
+        return TierChain.from_env()
+    if isinstance(tiers, str):
+        raise ConfigurationError(f"tiers must be a TierChain, a list of tiers, None or 'env'; got {tiers!r}")
+    return TierChain(list(tiers)) if tiers else None

@@ -1,8 +1,10 @@
 """Cache keys: namespace + salt + level + ordered image digests (+ prompt digest where it matters).
 
-A key is ``"<namespace tag>/<level>/<64 hex>"``. The tag (16 hex characters of a digest of the
-namespace and salt) lets shared tiers list and separate namespaces; the 256-bit digest covers every
-field, framed, so the order of images, their count and the prompt are all part of the identity.
+A key is ``"<namespace tag>/<level>/<64 hex>"``. The tag (32 hex characters, 128 bits of a digest of
+the namespace and salt) lets shared tiers list and separate namespaces. For a per-image level the
+64 hex are the image's own digest: a hit then costs no hashing beyond the image's. Otherwise they
+are a digest over every field, framed, so the order of images, their count and the prompt are all
+part of the identity.
 """
 
 from __future__ import annotations
@@ -40,10 +42,16 @@ class KeyBuilder:
             + frame(salt_bytes)
         )
         self._prefix = blake3(prefix)
-        self.tag = blake3(prefix).hexdigest()[:16]
+        self.tag = blake3(prefix).hexdigest()[:32]
+
+    def image_key(self, level: str, digest: bytes) -> str:
+        """The key of one image in a per-image level (no other field, so no hashing)."""
+        return f"{self.tag}/{level}/{digest.hex()}"
 
     def key(self, level: str, digests: Sequence[bytes], prompt: str | None = None) -> str:
         """The key of ``level`` for these image digests, in order, and an optional prompt."""
+        if prompt is None and len(digests) == 1:
+            return self.image_key(level, digests[0])  # one image alone: its digest is the key
         hasher = self._prefix.copy()
         hasher.update(frame(level.encode()) + struct.pack("<Q", len(digests)))
         for digest in digests:

@@ -1,0 +1,41 @@
+# visioncache: `make demo` runs the benchmark users care about; `make test` installs everything
+# (Python packages into .venv, redis-server from Debian where missing) and runs lint, types, tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXTRAS := hf,mlx,redis,disk,metrics,dev
+# torch==2.13.0 is pinned by constraints.txt: an unpinned torch can pull a multi-GB CUDA build.
+PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
+
+.PHONY: install redis-server lint typecheck test demo bench-smoke clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) --upgrade pip
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
+	touch $@
+
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  echo "installing redis-server (Debian package)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
+
+typecheck: install
+	$(BIN)/mypy
+
+test: install redis-server lint typecheck
+	$(BIN)/python -m pytest
+
+demo: install
+	$(BIN)/python benchmarks/bench_identity.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,101 @@
+"""Hit latency by input form (path, bytes, data URL) next to the floor of each: issue 2's targets.
+
+Floors are the fastest well-kept implementation of the unavoidable steps: blake3 (Rust, SIMD) of
+the raw bytes; for a data URL, pybase64's SIMD decode plus blake3; for a path, reading the file
+plus blake3 (what a hit would cost without the path memo). Targets: bytes and data-URL hits
+<= 1.5x their floor; a hit on an unchanged path <= 0.5x re-hashing its bytes.
+
+usage: python benchmarks/bench_identity.py [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pybase64
+from blake3 import blake3
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).parent))
+from visioncache import VisionEmbeddingCache
+
+from _timing import interleaved_medians, print_table
+
+
+def photo_jpeg(target_bytes: int = 1_000_000) -> bytes:
+    """A real photo (matplotlib's Grace Hopper) upscaled to a JPEG of about ``target_bytes``."""
+    import matplotlib
+
+    photo = Image.open(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg").convert("RGB")
+    scale = 1.0
+    while True:
+        size = (int(photo.width * scale), int(photo.height * scale))
+        buffer = io.BytesIO()
+        photo.resize(size, Image.Resampling.BICUBIC).save(buffer, "JPEG", quality=95)
+        if buffer.tell() >= target_bytes:
+            return buffer.getvalue()
+        scale *= 1.15
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=400)
+    args = parser.parse_args()
+
+    jpeg = photo_jpeg()
+    url = "data:image/jpeg;base64," + pybase64.b64encode(jpeg).decode()
+    payload = url.split(",", 1)[1]
+    directory = tempfile.mkdtemp()
+    path = os.path.join(directory, "photo.jpg")
+    Path(path).write_bytes(jpeg)
+    past = time.time() - 60  # an unchanged file (see path_memo: fresh files are not memoised)
+    os.utime(path, (past, past))
+
+    cache = VisionEmbeddingCache()
+    embedding = np.zeros((999, 1536), dtype=np.float16)
+    cache.set_image_embeddings([jpeg], [embedding])
+
+    def read_and_hash() -> bytes:
+        with open(path, "rb") as file:
+            return bytes(blake3(file.read()).digest())
+
+    times = interleaved_medians(
+        {
+            "bytes: floor (blake3)": lambda: blake3(jpeg).digest(),
+            "bytes: hit": lambda: cache.get_image_embeddings([jpeg]),
+            "data URL: floor (b64decode + blake3)": lambda: blake3(
+                pybase64.b64decode(payload, validate=True)
+            ).digest(),
+            "data URL: hit": lambda: cache.get_image_embeddings([url]),
+            "path: re-hash (read + blake3)": read_and_hash,
+            "path: hit": lambda: cache.get_image_embeddings([path]),
+        },
+        rounds=args.rounds,
+    )
+    assert all(value is embedding for value in cache.get_image_embeddings([jpeg, url, path]))
+
+    checks = [
+        ("bytes", "bytes: hit", "bytes: floor (blake3)", 1.5),
+        ("data URL", "data URL: hit", "data URL: floor (b64decode + blake3)", 1.5),
+        ("path", "path: hit", "path: re-hash (read + blake3)", 0.5),
+    ]
+    print(f"JPEG {len(jpeg) / 1e6:.2f} MB, data URL {len(url) / 1e6:.2f} MB; median of {args.rounds} "
+          "interleaved rounds")  # fmt: skip
+    rows = []
+    for form, hit, floor, target in checks:
+        ratio = times[hit] / times[floor]
+        rows.append((form, f"{times[hit] * 1e3:.3f} ms", f"{times[floor] * 1e3:.3f} ms", f"{ratio:.2f}x",
+                     f"<= {target}x", "ok" if ratio <= target else "MISSED"))  # fmt: skip
+    print_table(rows, ("input", "hit", "floor", "hit/floor", "target", ""))
+    return 0 if all(row[-1] == "ok" for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""``visioncache stats``: what a disk or Redis tier holds: entries, bytes and namespaces.
+
+Keys are ``<namespace tag>/<level>/<digest>``; entries are counted per tag and level, and each tag
+is named from the ``__namespaces__/<tag>`` record the cache writes (``?`` when it is missing).
+Reading is side-effect free: it changes neither the tier's size limit nor its LRU order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import Counter, defaultdict
+from typing import Any
+
+from visioncache.errors import ConfigurationError
+from visioncache.tiers.chain import NAMESPACE_PREFIX, namespace_name
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "stats", help="summarise a disk or Redis tier", description=__doc__.splitlines()[0]
+    )
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--disk", metavar="DIR", help="directory of a disk tier")
+    where.add_argument("--redis", metavar="URL", help="redis:// URL of a Redis/Valkey tier")
+    parser.add_argument("--prefix", default="visioncache:", help="Redis key prefix (default: visioncache:)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.disk is not None:
+        from visioncache.tiers.disk import DiskTier
+
+        if not os.path.isdir(args.disk):
+            raise ConfigurationError(f"--disk {args.disk!r} is not a directory")
+        tier: Any = DiskTier(args.disk)  # no max_bytes: keep the writers' limit
+        where = f"disk tier {args.disk}"
+    else:
+        from visioncache.tiers.redis import RedisTier
+
+        tier = RedisTier(args.redis, key_prefix=args.prefix, socket_timeout=5.0)
+        where = f"redis tier, prefix {args.prefix!r}"
+    try:
+        keys = list(tier.keys())
+        entry_keys = [key for key in keys if not key.startswith(NAMESPACE_PREFIX)]
+        nbytes = tier.stats()["bytes"] if args.disk is not None else tier.stored_bytes(entry_keys)
+        names = {}
+        for key in keys:
+            if key.startswith(NAMESPACE_PREFIX):
+                record = tier.get(key)
+                names[key[len(NAMESPACE_PREFIX) :]] = namespace_name(record) if record else None
+    finally:
+        tier.close()
+    print(format_summary(where, entry_keys, int(nbytes), names))
+    return 0
+
+
+def format_summary(where: str, keys: list[str], nbytes: int, names: dict[str, str | None]) -> str:
+    """The report: totals, then one line per namespace tag with its entries per level."""
+    per_tag: dict[str, Counter[str]] = defaultdict(Counter)
+    for key in keys:
+        tag, _, rest = key.partition("/")
+        per_tag[tag][rest.partition("/")[0] or "?"] += 1
+    tags = sorted(set(per_tag) | set(names))
+    lines = [
+        f"{where}: {len(keys)} entries, {nbytes} bytes ({nbytes / 2**20:.1f} MiB)",
+        f"namespaces: {len(tags)}",
+    ]
+    for tag in tags:
+        levels = per_tag.get(tag, Counter())
+        detail = ", ".join(f"{level}={count}" for level, count in sorted(levels.items()))
+        lines.append(f"  {tag}  {names.get(tag) or '?'}  {levels.total()} entries  {detail}")
+    return "\n".join(lines)

@@ -1,0 +1,278 @@
+"""Array trees to bytes and back, for shared tiers: safetensors + a JSON skeleton, never pickle.
+
+A blob is a standard safetensors file. Its tensors are the tree's arrays (numpy, torch, mlx, and
+bytes leaves as uint8); its ``__metadata__`` holds the format tag and version, the JSON skeleton
+(containers, scalars, and for each array its kind and exact dtype) and a digest. Guarantees:
+
+- dtype-exact round trips, bfloat16 and float8 included (stored as their bit patterns), and each
+  array comes back as the kind it went in as (numpy -> numpy, torch -> torch, mlx -> mlx). Torch
+  tensors come back on the CPU, detached; arrays come back writable and share no memory with the
+  blob;
+- the digest covers the skeleton, every tensor's name, dtype, shape and bytes, and a caller-given
+  ``context`` (the key): blake3 without a secret, HMAC-SHA256 with one. So a truncated, altered,
+  forged or misplaced blob (one copied under another key) raises `CorruptEntryError`, as does an
+  unknown format version. Nothing is decoded before the digest checks out, and only dataclasses
+  registered by name (the `visioncache.entries` ones) are ever constructed;
+- a tree holding anything else raises `UnserializableValueError` before any bytes are produced.
+
+Putting the skeleton in the safetensors header, instead of a header of our own in front, lets a
+read parse the blob in place: no slice of a 20 MB blob is copied before the arrays are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import safetensors.numpy
+from blake3 import blake3
+
+from visioncache import entries
+from visioncache.errors import ConfigurationError, CorruptEntryError, UnserializableValueError
+from visioncache.identity import frame
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "register_dataclass"]
+
+FORMAT = "visioncache.tree"
+FORMAT_VERSION = 1
+_MAX_DEPTH = 64  # a deeper tree is almost surely a cycle; refuse it rather than overflow the stack
+_NUMPY_DTYPES = frozenset(
+    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+     "float16", "float32", "float64", "complex64"]
+)  # fmt: skip
+# Dtypes numpy lacks travel as their bit patterns; the skeleton records the real dtype.
+_BIT_PATTERNS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+_DATACLASSES: dict[str, type[Any]] = {}
+
+
+def register_dataclass(cls: type[Any]) -> type[Any]:
+    """Allow a dataclass to be stored and rebuilt, by its class name (usable as a decorator)."""
+    if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
+        raise ConfigurationError(f"{cls!r} is not a dataclass type")
+    _DATACLASSES[cls.__name__] = cls
+    return cls
+
+
+for _entry_class in (entries.PixelCacheEntry, entries.PixelOnlyCacheEntry, entries.EncodingCacheEntry):
+    register_dataclass(_entry_class)
+
+
+def dumps(tree: object, *, secret: bytes | None = None, context: str = "") -> bytes:
+    """Serialise ``tree``; ``secret`` signs it with HMAC-SHA256, ``context`` (the key) is bound in."""
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    skeleton = json.dumps(_encode(tree, arrays, 0), separators=(",", ":"))
+    digest = _digest(secret, context, skeleton, arrays)
+    metadata = {
+        "format": FORMAT,
+        "version": str(FORMAT_VERSION),
+        "skeleton": skeleton,
+        "auth": "none" if secret is None else "hmac-sha256",
+        "digest": digest.hex(),
+    }
+    return safetensors.numpy.save(arrays, metadata=metadata)
+
+
+def loads(blob: bytes, *, secret: bytes | None = None, context: str = "") -> Any:
+    """The tree in ``blob``; raises `CorruptEntryError` unless it is intact, current and authentic."""
+    metadata = _read_metadata(blob)
+    if metadata.get("format") != FORMAT:
+        raise CorruptEntryError("not a visioncache blob (format tag missing)")
+    if metadata.get("version") != str(FORMAT_VERSION):
+        raise CorruptEntryError(f"unsupported format version {metadata.get('version')!r}")
+    expected_auth = "none" if secret is None else "hmac-sha256"
+    if metadata.get("auth") != expected_auth:
+        raise CorruptEntryError(f"blob is signed with {metadata.get('auth')!r}, expected {expected_auth!r}")
+    try:
+        arrays = safetensors.numpy.load(blob)
+    except Exception as error:  # SafetensorError and friends: the tensor section is damaged
+        raise CorruptEntryError(f"damaged tensor data: {error}") from error
+    skeleton = metadata.get("skeleton", "")
+    digest = _digest(secret, context, skeleton, arrays)
+    if not hmac.compare_digest(digest.hex(), metadata.get("digest", "")):
+        raise CorruptEntryError("digest mismatch: the blob was altered, forged or stored elsewhere")
+    try:
+        return _decode(json.loads(skeleton), arrays, 0)
+    except (KeyError, TypeError, ValueError, IndexError, RecursionError) as error:
+        raise CorruptEntryError(f"malformed skeleton: {error!r}") from error
+
+
+def _read_metadata(blob: bytes) -> dict[str, str]:
+    # safetensors layout: little-endian u64 header length, then the JSON header.
+    if not isinstance(blob, bytes) or len(blob) < 8:
+        raise CorruptEntryError("blob too short")
+    (header_length,) = struct.unpack_from("<Q", blob)
+    if 8 + header_length > len(blob):
+        raise CorruptEntryError("blob truncated inside its header")
+    try:
+        header = json.loads(blob[8 : 8 + header_length])
+        metadata = header["__metadata__"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise CorruptEntryError(f"unreadable header: {error!r}") from error
+    if not isinstance(metadata, dict):
+        raise CorruptEntryError("unreadable header: metadata is not an object")
+    return metadata
+
+
+def _digest(
+    secret: bytes | None, context: str, skeleton: str, arrays: dict[str, np.ndarray[Any, Any]]
+) -> bytes:
+    if secret is not None and (not isinstance(secret, bytes) or not secret):
+        raise ConfigurationError("the HMAC secret must be non-empty bytes")
+    hasher: Any = hmac.new(secret, digestmod="sha256") if secret is not None else blake3()
+    hasher.update(frame(FORMAT.encode()) + frame(context.encode("utf-8", "surrogatepass")))
+    hasher.update(frame(skeleton.encode("utf-8", "surrogatepass")))
+    for name in sorted(arrays):  # safetensors may reorder tensors; the digest must not care
+        array = arrays[name]
+        hasher.update(frame(f"{name}:{array.dtype.str}:{list(array.shape)}".encode()))
+        hasher.update(struct.pack("<Q", array.nbytes))
+        if array.size:
+            hasher.update(array.data.cast("B"))
+    digest: bytes = hasher.digest()
+    return digest
+
+
+def _encode(value: object, arrays: dict[str, np.ndarray[Any, Any]], depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise UnserializableValueError(f"tree deeper than {_MAX_DEPTH} levels (a cycle?)")
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list):
+        return [_encode(item, arrays, depth + 1) for item in value]
+    if isinstance(value, tuple) and type(value) is tuple:  # a namedtuple would come back plain
+        return {"t": "tuple", "items": [_encode(item, arrays, depth + 1) for item in value]}
+    if isinstance(value, dict) and type(value) is dict:
+        if not all(isinstance(key, str) for key in value):
+            raise UnserializableValueError("dict keys must all be str")
+        items = {key: _encode(item, arrays, depth + 1) for key, item in value.items()}
+        return {"t": "dict", "items": items}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = type(value).__name__
+        if _DATACLASSES.get(name) is not type(value):
+            raise UnserializableValueError(f"dataclass {name} is not registered for serialisation")
+        fields = {
+            field.name: _encode(getattr(value, field.name), arrays, depth + 1)
+            for field in dataclasses.fields(value)
+            if field.init  # init=False fields are derived in __post_init__
+        }
+        return {"t": "dataclass", "name": name, "fields": fields}
+    if isinstance(value, bytes):
+        return _add_array(arrays, np.frombuffer(value, dtype=np.uint8), "bytes", "uint8")
+    kind, array, dtype = _as_numpy(value)
+    return _add_array(arrays, array, kind, dtype)
+
+
+def _add_array(
+    arrays: dict[str, np.ndarray[Any, Any]], array: np.ndarray[Any, Any], kind: str, dtype: str
+) -> dict[str, Any]:
+    name = str(len(arrays))
+    # not np.ascontiguousarray: it turns a 0-d array into a 1-d one
+    arrays[name] = array if array.flags.c_contiguous else array.copy(order="C")
+    return {"t": "array", "kind": kind, "dtype": dtype, "tensor": name}
+
+
+def _as_numpy(value: object) -> tuple[str, np.ndarray[Any, Any], str]:
+    """(kind, a numpy view or copy of the data, the exact dtype name) for an array leaf."""
+    if isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+        kind = "numpy" if isinstance(value, np.ndarray) else "numpy-scalar"
+        if array.dtype.name not in _NUMPY_DTYPES:
+            raise UnserializableValueError(f"numpy dtype {array.dtype} is not supported")
+        return kind, array.astype(array.dtype.newbyteorder("<"), copy=False), array.dtype.name
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            raise UnserializableValueError(f"torch layout {value.layout} is not supported")
+        dtype = str(value.dtype).removeprefix("torch.")
+        tensor = value.detach().cpu().resolve_conj().resolve_neg().contiguous()
+        if dtype in _BIT_PATTERNS:
+            tensor = tensor.view(getattr(torch, _BIT_PATTERNS[dtype]))
+        elif dtype not in _NUMPY_DTYPES:
+            raise UnserializableValueError(f"torch dtype {value.dtype} is not supported")
+        return "torch", tensor.numpy(), dtype
+    mlx_core = sys.modules.get("mlx.core")
+    if mlx_core is not None and isinstance(value, mlx_core.array):
+        dtype = str(value.dtype).removeprefix("mlx.core.").replace("bool_", "bool")
+        if dtype in _BIT_PATTERNS:
+            return "mlx", np.array(value.view(getattr(mlx_core, _BIT_PATTERNS[dtype]))), dtype
+        if dtype not in _NUMPY_DTYPES:
+            raise UnserializableValueError(f"mlx dtype {value.dtype} is not supported")
+        return "mlx", np.array(value), dtype
+    raise UnserializableValueError(
+        f"cannot serialise an object of type {type(value).__module__}.{type(value).__qualname__}"
+    )
+
+
+def _decode(node: Any, arrays: dict[str, np.ndarray[Any, Any]], depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise ValueError("skeleton too deep")
+    if node is None or isinstance(node, bool | int | float | str):
+        return node
+    if isinstance(node, list):
+        return [_decode(item, arrays, depth + 1) for item in node]
+    tag = node["t"]
+    if tag == "tuple":
+        return tuple(_decode(item, arrays, depth + 1) for item in node["items"])
+    if tag == "dict":
+        return {key: _decode(item, arrays, depth + 1) for key, item in node["items"].items()}
+    if tag == "dataclass":
+        cls = _DATACLASSES[node["name"]]  # KeyError -> corrupt: never build an unknown class
+        init_names = {field.name for field in dataclasses.fields(cls) if field.init}
+        fields = node["fields"]
+        if set(fields) != init_names:
+            raise ValueError(f"fields of {node['name']} do not match: {sorted(fields)}")
+        return cls(**{name: _decode(item, arrays, depth + 1) for name, item in fields.items()})
+    if tag == "array":
+        return _ARRAY_BUILDERS[node["kind"]](arrays[node["tensor"]], node["dtype"])
+    raise ValueError(f"unknown node tag {tag!r}")
+
+
+def _check_storage(array: np.ndarray[Any, Any], dtype: str) -> None:
+    if array.dtype.name != _BIT_PATTERNS.get(dtype, dtype):
+        raise ValueError(f"tensor stored as {array.dtype}, skeleton says {dtype}")
+
+
+def _build_numpy(array: np.ndarray[Any, Any], dtype: str) -> Any:
+    _check_storage(array, dtype)
+    return array
+
+
+def _build_numpy_scalar(array: np.ndarray[Any, Any], dtype: str) -> Any:
+    _check_storage(array, dtype)
+    return array[()]
+
+
+def _build_bytes(array: np.ndarray[Any, Any], dtype: str) -> Any:
+    _check_storage(array, "uint8")
+    return array.tobytes()
+
+
+def _build_torch(array: np.ndarray[Any, Any], dtype: str) -> Any:
+    import torch
+
+    _check_storage(array, dtype)
+    tensor = torch.from_numpy(array)  # the array owns fresh memory: no copy needed
+    return tensor.view(getattr(torch, dtype)) if dtype in _BIT_PATTERNS else tensor
+
+
+def _build_mlx(array: np.ndarray[Any, Any], dtype: str) -> Any:
+    import mlx.core as mx
+
+    _check_storage(array, dtype)
+    if dtype in _BIT_PATTERNS:
+        return mx.array(array).view(getattr(mx, dtype))
+    return mx.array(array, dtype=getattr(mx, dtype.replace("bool", "bool_")))  # float64 stays
+
+
+_ARRAY_BUILDERS: dict[str, Callable[[np.ndarray[Any, Any], str], Any]] = {
+    "numpy": _build_numpy,
+    "numpy-scalar": _build_numpy_scalar,
+    "bytes": _build_bytes,
+    "torch": _build_torch,
+    "mlx": _build_mlx,
+}

@@ -1,0 +1,59 @@
+"""`CircuitBreaker`: after a failure, skip a remote tier for a while instead of waiting on it again.
+
+Guarantee: after a failure, `allow` answers False (no network call) until ``retry_interval``
+seconds have passed; then it lets exactly one caller through as a probe, even with many threads,
+and closes again only when that probe succeeds. So a dead or slow server costs at most one
+timeout per interval, and a server that is back is used again within one interval.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from visioncache.errors import ConfigurationError
+
+__all__ = ["CircuitBreaker"]
+
+
+class CircuitBreaker:
+    """Closed (calls go through), open (calls skipped) or probing; ``clock`` is injectable for tests."""
+
+    def __init__(self, retry_interval: float = 5.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+        if retry_interval <= 0:
+            raise ConfigurationError(f"retry_interval must be > 0 seconds, got {retry_interval}")
+        self.retry_interval = retry_interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._open_until: float | None = None  # None: closed
+        self.opens = 0  # times it went from closed to open
+        self.skipped = 0  # calls answered False
+
+    @property
+    def is_open(self) -> bool:
+        return self._open_until is not None
+
+    def allow(self) -> bool:
+        """Whether a call may go to the server now (a probe, if the breaker is open)."""
+        with self._lock:
+            if self._open_until is None:
+                return True
+            now = self._clock()
+            if now < self._open_until:
+                self.skipped += 1
+                return False
+            # Push the deadline on before letting this caller probe: concurrent callers keep
+            # skipping, so the probe is the only call that can wait on a timeout this interval.
+            self._open_until = now + self.retry_interval
+            return True
+
+    def record_success(self) -> None:
+        with self._lock:
+            self._open_until = None
+
+    def record_failure(self) -> None:
+        with self._lock:
+            if self._open_until is None:
+                self.opens += 1
+            self._open_until = self._clock() + self.retry_interval

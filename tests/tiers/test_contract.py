@@ -1,0 +1,87 @@
+"""The tier contract, run against every tier: MemoryTier, DiskTier and RedisTier."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from visioncache.tiers.base import Tier
+from visioncache.tiers.disk import DiskTier
+from visioncache.tiers.memory import MemoryTier
+
+KEY = "0123456789abcdef/embedding/" + "ab" * 32
+
+
+@pytest.fixture(params=["memory", "disk", "redis"])
+def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
+    made: Tier
+    if request.param == "memory":
+        made = MemoryTier(max_bytes=64 * 2**20)
+    elif request.param == "disk":
+        made = DiskTier(tmp_path / "disk", max_bytes=64 * 2**20)
+    else:
+        from visioncache.tiers.redis import RedisTier
+
+        server: Any = request.getfixturevalue("redis_server")
+        prefix: str = request.getfixturevalue("redis_prefix")
+        made = RedisTier(server.url, key_prefix=prefix, socket_timeout=2.0)
+    yield made
+    made.close()
+
+
+def test_is_a_tier(tier: Tier) -> None:
+    assert isinstance(tier, Tier)
+    assert isinstance(tier.name, str) and tier.name
+
+
+def test_missing_key_is_none(tier: Tier) -> None:
+    assert tier.get(KEY) is None
+    assert not tier.contains(KEY)
+
+
+def test_put_then_get_returns_the_same_bytes(tier: Tier) -> None:
+    blob = bytes(range(256)) * 4
+    tier.put(KEY, blob)
+    assert tier.get(KEY) == blob
+    assert tier.contains(KEY)
+
+
+def test_large_and_empty_blobs(tier: Tier) -> None:
+    large = bytes(range(256)) * (5 * 2**12)  # 5 MiB: stored in a file by the disk tier
+    tier.put(KEY, large)
+    tier.put(KEY + "0", b"")
+    assert tier.get(KEY) == large
+    assert tier.get(KEY + "0") == b""
+
+
+def test_put_replaces(tier: Tier) -> None:
+    tier.put(KEY, b"old")
+    tier.put(KEY, b"new")
+    assert tier.get(KEY) == b"new"
+
+
+def test_delete(tier: Tier) -> None:
+    tier.put(KEY, b"value")
+    tier.delete(KEY)
+    assert tier.get(KEY) is None
+    assert not tier.contains(KEY)
+    tier.delete(KEY)  # deleting a missing key is not an error
+
+
+def test_keys_are_exact(tier: Tier) -> None:
+    """No truncation or normalisation: keys differing in their last character stay apart."""
+    other = KEY[:-1] + "c"
+    tier.put(KEY, b"first")
+    tier.put(other, b"second")
+    tier.put("ns/é/ü", b"unicode")
+    assert (tier.get(KEY), tier.get(other), tier.get("ns/é/ü")) == (b"first", b"second", b"unicode")
+    assert tier.get(KEY[:-1]) is None
+
+
+def test_stats_are_numbers(tier: Tier) -> None:
+    tier.put(KEY, b"value")
+    stats = tier.stats()
+    assert stats and all(isinstance(value, int | float) for value in stats.values())

@@ -1,0 +1,121 @@
+"""RedisTier against a real redis-server: faults, breaker, recovery, TTL, namespace isolation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+from visioncache.keys import KeyBuilder
+from visioncache.tiers.chain import TierChain
+from visioncache.tiers.redis import RedisTier
+
+VALUE = np.arange(1000, dtype=np.float16)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def key(index: int) -> str:
+    return f"0123456789abcdef/embedding/{index:064x}"
+
+
+@pytest.mark.slow
+def test_killed_server_costs_nothing_and_restart_brings_the_tier_back(
+    redis_process_factory: Callable[[], Any],
+) -> None:
+    server = redis_process_factory()
+    clock = FakeClock()
+    tier = RedisTier(server.url, socket_timeout=0.25, retry_interval=5.0, clock=clock)
+    chain = TierChain([tier])
+    assert chain.save(key(0), VALUE)
+    assert np.array_equal(chain.load(key(0)), VALUE)
+
+    server.stop()  # kill -9 in the middle of the run
+    results = [chain.load(key(index % 3)) for index in range(50)]
+    for index in range(50):
+        chain.save(key(index), VALUE)  # never raises
+    assert results == [None] * 50
+    stats = chain.stats()["redis"]
+    assert stats["errors"] == 1  # one failed call; the breaker skipped the other 99
+    assert stats["breaker_open"] == 1 and stats["skipped"] == 99
+
+    clock.now += 5.0  # one probe per interval, and it fails again
+    assert chain.load(key(0)) is None and chain.load(key(0)) is None
+    assert chain.stats()["redis"]["errors"] == 2
+
+    server.start()  # same port, empty
+    clock.now += 5.0
+    assert chain.save(key(1), VALUE)
+    assert np.array_equal(chain.load(key(1)), VALUE)
+    stats = chain.stats()["redis"]
+    assert stats["breaker_open"] == 0 and stats["errors"] == 2 and stats["hits"] == 2
+    tier.close()
+
+
+@pytest.mark.slow
+def test_stalled_server_costs_one_timeout_per_interval(
+    redis_process_factory: Callable[[], Any],
+) -> None:
+    server = redis_process_factory()
+    clock = FakeClock()
+    tier = RedisTier(server.url, socket_timeout=0.25, retry_interval=5.0, clock=clock)
+    chain = TierChain([tier])
+    chain.save(key(0), VALUE)
+    os.kill(server.process.pid, signal.SIGSTOP)  # alive but answering nothing
+    try:
+        started = time.perf_counter()
+        assert all(chain.load(key(0)) is None for _ in range(20))
+        first_interval = time.perf_counter() - started
+        clock.now += 5.0
+        started = time.perf_counter()
+        assert all(chain.load(key(0)) is None for _ in range(20))
+        second_interval = time.perf_counter() - started
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    assert 0.2 <= first_interval < 0.6 and 0.2 <= second_interval < 0.6  # one 0.25 s timeout each
+    assert chain.stats()["redis"]["errors"] == 2
+    clock.now += 5.0
+    assert np.array_equal(chain.load(key(0)), VALUE)  # used again once it answers
+    tier.close()
+
+
+def test_two_namespaces_sharing_a_server_never_see_each_other(redis_server: Any, redis_prefix: str) -> None:
+    digest = bytes(32)
+    keys_a, keys_b = KeyBuilder("model-a"), KeyBuilder("model-a", salt="tenant-2")
+    chain_a = TierChain([RedisTier(redis_server.url, key_prefix=redis_prefix)])
+    chain_b = TierChain([RedisTier(redis_server.url, key_prefix=redis_prefix)])
+    chain_a.save(keys_a.key("embedding", [digest]), VALUE)
+    assert chain_b.load(keys_b.key("embedding", [digest])) is None
+    assert np.array_equal(chain_a.load(keys_a.key("embedding", [digest])), VALUE)
+    # and a different key prefix separates deployments even for the same key
+    other = TierChain([RedisTier(redis_server.url, key_prefix=redis_prefix + "other:")])
+    assert other.load(keys_a.key("embedding", [digest])) is None
+
+
+def test_ttl_is_set(redis_server: Any, redis_prefix: str) -> None:
+    tier = RedisTier(redis_server.url, key_prefix=redis_prefix, ttl_seconds=30)
+    tier.put(key(7), b"blob")
+    client = redis.Redis.from_url(redis_server.url)
+    assert 0 < client.ttl(redis_prefix + key(7)) <= 30
+    client.close()
+
+
+def test_keys_lists_only_this_prefix(redis_server: Any, redis_prefix: str) -> None:
+    mine = RedisTier(redis_server.url, key_prefix=redis_prefix + "[glob]*:")
+    theirs = RedisTier(redis_server.url, key_prefix=redis_prefix + "[glob]x:")
+    mine.put(key(1), b"a")
+    theirs.put(key(2), b"b")
+    assert list(mine.keys()) == [key(1)]
+    assert mine.stored_bytes([key(1)]) > 0
