@@ -1,0 +1,221 @@
+"""Per-image cost of preprocessing, vision encoding and a visioncache hit, side by side in one run.
+
+Builds a Qwen2-VL (or Qwen2.5-VL) vision tower with random weights and, for batches of 1, 4 and 16
+distinct 1024x768 JPEG images, measures per image:
+
+- preprocess: JPEG decode + the PIL image processor (on the host CPU);
+- encode: the vision tower's forward (CUDA-synchronised on a GPU);
+- hit, host: visioncache identity + lookup + copy of the cached embedding to the device (pinned
+  host memory, non-blocking, synchronised) -- the embeddings live in host RAM;
+- hit, device: identity + lookup of embeddings that already live on the device.
+
+It prints (preprocess + encode) / hit and encode / hit, and the bytes per cached image. Runs on a
+GPU (default: the 2B-class tower, bf16) and on CPU (default: a tiny tower, so CI exercises it).
+
+usage: python benchmarks/bench_gpu.py [--vision full|tiny] [--family qwen2_vl|qwen2_5_vl]
+                                      [--counts 1,4,16] [--repeats N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from visioncache import VisionEmbeddingCache
+
+TOWERS: dict[str, dict[str, dict[str, Any]]] = {
+    "qwen2_vl": {
+        "full": dict(depth=32, embed_dim=1280, num_heads=16, hidden_size=1536, mlp_ratio=4),
+        "tiny": dict(depth=2, embed_dim=64, num_heads=4, hidden_size=64, mlp_ratio=4),
+    },
+    "qwen2_5_vl": {
+        "full": dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=1536,
+                     fullatt_block_indexes=[7, 15, 23, 31], window_size=112),
+        "tiny": dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64,
+                     fullatt_block_indexes=[1, 3], window_size=112),
+    },
+}  # fmt: skip
+
+
+def build_tower(family: str, size: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """The vision tower alone, random weights (no download), in ``dtype`` on ``device``."""
+    if family == "qwen2_vl":
+        from transformers import Qwen2VLConfig
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
+
+        config = Qwen2VLConfig(vision_config=TOWERS[family][size]).vision_config
+        tower = Qwen2VisionTransformerPretrainedModel._from_config(config)
+    else:
+        from transformers import Qwen2_5_VLConfig
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+            Qwen2_5_VisionTransformerPretrainedModel,
+        )
+
+        config = Qwen2_5_VLConfig(vision_config=TOWERS[family][size]).vision_config
+        tower = Qwen2_5_VisionTransformerPretrainedModel._from_config(config)
+    return tower.to(device=device, dtype=dtype).eval()
+
+
+def photo_jpegs(count: int, size: tuple[int, int] = (1024, 768)) -> list[bytes]:
+    """``count`` distinct JPEGs of ``size``: real photos (matplotlib, scikit-image) shifted and tinted."""
+    sources: list[Image.Image] = []
+    try:
+        import matplotlib
+
+        sources.append(Image.open(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"))
+    except ImportError:
+        pass
+    try:
+        from skimage import data
+
+        sources += [Image.fromarray(getattr(data, name)()) for name in ("astronaut", "coffee", "chelsea")]
+    except ImportError:
+        pass
+    if not sources:  # no sample photos installed: smooth generated images
+        grid = np.linspace(0, 255, size[0] * size[1] * 3).reshape(size[1], size[0], 3)
+        sources.append(Image.fromarray(grid.astype(np.uint8)))
+    jpegs = []
+    for index in range(count):
+        photo = sources[index % len(sources)].convert("RGB").resize(size, Image.Resampling.BICUBIC)
+        tint = np.asarray(photo, dtype=np.int16) + (index // len(sources)) * 3
+        buffer = io.BytesIO()
+        Image.fromarray(np.clip(tint, 0, 255).astype(np.uint8)).save(buffer, "JPEG", quality=90)
+        jpegs.append(buffer.getvalue())
+    return jpegs
+
+
+def median_seconds(call: Callable[[], object], repeats: int, synchronize: Callable[[], None]) -> float:
+    call()  # warm-up: kernels, allocator, memos
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        synchronize()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    device = torch.device(args.device)
+    tower = build_tower(args.family, args.vision, getattr(torch, args.dtype), device)
+    processor = Qwen2VLImageProcessorPil()
+    counts = {count: measure_count(photo_jpegs(count), tower, processor, device, args.repeats)
+              for count in args.counts}  # fmt: skip
+    return {"device": describe_device(device), "family": args.family, "vision": args.vision,
+            "dtype": args.dtype, "counts": counts}  # fmt: skip
+
+
+def measure_count(
+    jpegs: list[bytes], tower: torch.nn.Module, processor: Any, device: torch.device, repeats: int
+) -> dict[str, Any]:
+    """Per-image medians for one batch of distinct images."""
+    count = len(jpegs)
+    dtype = next(tower.parameters()).dtype
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def preprocess() -> Any:
+        images = [Image.open(io.BytesIO(jpeg)).convert("RGB") for jpeg in jpegs]
+        return processor(images=images, return_tensors="pt")
+
+    batch = preprocess()
+    pixels = batch["pixel_values"].to(device=device, dtype=dtype)
+    grid = batch["image_grid_thw"].to(device)
+
+    @torch.inference_mode()
+    def encode() -> torch.Tensor:
+        output = tower(pixels, grid_thw=grid)
+        return output.pooler_output if hasattr(output, "pooler_output") else output
+
+    merge = tower.spatial_merge_size**2
+    embeddings = encode().split((batch["image_grid_thw"].prod(-1) // merge).tolist())
+    host = [e.to("cpu").pin_memory() if device.type == "cuda" else e.cpu() for e in embeddings]
+    host_cache = VisionEmbeddingCache(max_embedding_bytes=None, tiers=None)
+    host_cache.set_image_embeddings(jpegs, host)
+    device_cache = VisionEmbeddingCache(max_embedding_bytes=None, tiers=None)
+    device_cache.set_image_embeddings(jpegs, list(embeddings))
+
+    def hit_host() -> list[torch.Tensor]:
+        return [value.to(device, non_blocking=True) for value in host_cache.get_image_embeddings(jpegs)]
+
+    def hit_device() -> list[torch.Tensor]:
+        return device_cache.get_image_embeddings(jpegs)
+
+    calls = {"preprocess": preprocess, "encode": encode, "hit_host": hit_host, "hit_device": hit_device}
+    times = {name: median_seconds(call, repeats, synchronize) / count for name, call in calls.items()}
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(hit_host(), embeddings, strict=True))
+    work = times["preprocess"] + times["encode"]
+    return {
+        **{f"{name}_ms_per_image": seconds * 1e3 for name, seconds in times.items()},
+        "bytes_per_image": sum(e.nbytes for e in embeddings) // count,
+        "jpeg_bytes_per_image": sum(map(len, jpegs)) // count,
+        "tokens_per_image": embeddings[0].shape[0],
+        "ratio_preprocess_plus_encode_over_hit_host": work / times["hit_host"],
+        "ratio_encode_over_hit_host": times["encode"] / times["hit_host"],
+        "ratio_preprocess_plus_encode_over_hit_device": work / times["hit_device"],
+    }
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    threads = torch.get_num_threads()
+    return f"CPU {platform.processor() or platform.machine()}, {threads} threads, torch {torch.__version__}"
+
+
+def print_report(results: dict[str, Any], command: str) -> None:
+    print(f"$ {command}")
+    print(f"{results['device']} | {results['family']} {results['vision']} tower, {results['dtype']}")
+    header = ("images", "preprocess", "encode", "hit (host->dev)", "hit (on dev)", "(pre+enc)/hit",
+              "enc/hit", "(pre+enc)/hit on dev", "MB/image")  # fmt: skip
+    rows = [header]
+    for count, row in results["counts"].items():
+        rows.append((str(count), f"{row['preprocess_ms_per_image']:.2f} ms",
+                     f"{row['encode_ms_per_image']:.2f} ms",
+                     f"{row['hit_host_ms_per_image']:.3f} ms", f"{row['hit_device_ms_per_image']:.3f} ms",
+                     f"{row['ratio_preprocess_plus_encode_over_hit_host']:,.0f}x",
+                     f"{row['ratio_encode_over_hit_host']:,.0f}x",
+                     f"{row['ratio_preprocess_plus_encode_over_hit_device']:,.0f}x",
+                     f"{row['bytes_per_image'] / 1e6:.2f}"))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for row in rows:
+        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
+    print("per image; medians; target (pre+enc)/hit >= 200x")
+
+
+def main() -> int:
+    cuda = torch.cuda.is_available()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if cuda else "cpu")
+    parser.add_argument("--vision", choices=("full", "tiny"), default="full" if cuda else "tiny")
+    parser.add_argument("--family", choices=tuple(TOWERS), default="qwen2_vl")
+    parser.add_argument("--dtype", default="bfloat16" if cuda else "float32")
+    parser.add_argument("--counts", type=lambda text: [int(n) for n in text.split(",")],
+                        default=[1, 4, 16] if cuda else [1, 4])  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=10 if cuda else 3)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    results = measure(args)
+    print_report(results, " ".join(["python", *sys.argv]))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

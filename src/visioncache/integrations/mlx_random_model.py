@@ -1,0 +1,146 @@
+"""Random-weight mlx-vlm models (Qwen2-VL, Qwen2.5-VL) with a processor built in code.
+
+Tests, the migration example and ``visioncache bench --engine mlx`` need real mlx-vlm architectures
+without downloading weights or tokenizer files: mlx layers are randomly initialised on construction,
+and a word-level tokenizer over the Qwen special tokens is enough to drive the real processors and
+the real ``prepare_inputs``. ``size="tiny"`` is fast on mlx-cpu; ``size="full"`` builds the
+2B-class vision tower (the cost the embedding cache saves) over a one-layer text model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Literal
+
+from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "Family",
+    "Size",
+    "build_random_model",
+    "build_random_processor",
+    "chat_prompt",
+]
+
+Family = Literal["qwen2_vl", "qwen2_5_vl"]
+Size = Literal["tiny", "full"]
+
+SPECIAL_TOKENS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|image_pad|>", "<|video_pad|>", "<unk>",
+)  # fmt: skip
+_WORDS = ("describe", "the", "image", "what", "is", "in", "this", "picture", "a", "cat", "dog", "user",
+          "assistant", "and", "compare")  # fmt: skip
+# Qwen2-VL's CLIP normalisation; the numpy image processor defaults to 0.5.
+_IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
+_IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
+_PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
+
+
+def chat_prompt(question: str, num_images: int = 1) -> str:
+    """A Qwen chat-formatted prompt with one vision placeholder per image (words from the vocab)."""
+    vision = "<|vision_start|><|image_pad|><|vision_end|> " * num_images
+    return f"<|im_start|> user {vision}{question} <|im_end|> <|im_start|> assistant"
+
+
+def _build_tokenizer() -> Any:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    # Imported as Any: transformers' tokenizer classes are untyped for mypy --strict.
+    transformers: Any = importlib.import_module("transformers")
+    vocabulary = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *_WORDS])}
+    word_level = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="<unk>"))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=word_level,
+        unk_token="<unk>",
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
+    # Special tokens are matched before whitespace splitting, so "<|vision_start|><|image_pad|>"
+    # tokenises as two tokens, as with the real Qwen tokenizer.
+    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[1:7])})
+    return tokenizer
+
+
+def build_random_processor(family: Family = "qwen2_vl") -> Any:
+    """The family's mlx-vlm processor over a word-level tokenizer built in code (no files)."""
+    return _build_processor(family, _build_tokenizer())
+
+
+def _build_processor(family: Family, tokenizer: Any) -> Any:
+    # mlx-vlm's torch-free numpy image processor; the Qwen2 and Qwen2.5 processors share it.
+    image_processing: Any = importlib.import_module("mlx_vlm.models.qwen3_vl.processing_qwen3_vl")
+    image_processor = image_processing.Qwen3VLImageProcessor(
+        patch_size=14, merge_size=2, image_mean=_IMAGE_MEAN, image_std=_IMAGE_STD
+    )
+    processing: Any = importlib.import_module(f"mlx_vlm.models.{family}.processing_{family}")
+    processor_class = getattr(processing, _PROCESSOR_CLASSES[family])
+    return processor_class(image_processor=image_processor, tokenizer=tokenizer, video_processor=None)
+
+
+def _model_config(family: Family, size: Size, tokenizer: Any) -> dict[str, Any]:
+    tiny = size == "tiny"
+    text: dict[str, Any] = {
+        "hidden_size": 64 if tiny else 1536,
+        "num_hidden_layers": 2 if tiny else 1,
+        "num_attention_heads": 4 if tiny else 12,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128 if tiny else 1024,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": len(tokenizer),
+        "rope_scaling": {"type": "mrope", "mrope_section": [2, 2, 4] if tiny else [16, 24, 24]},
+    }
+    if family == "qwen2_vl":
+        vision: dict[str, Any] = (
+            {"depth": 2, "embed_dim": 64, "num_heads": 4, "hidden_size": 64}
+            if tiny
+            else {"depth": 32, "embed_dim": 1280, "num_heads": 16, "hidden_size": 1536}
+        )
+    else:
+        vision = (
+            {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "out_hidden_size": 64,
+             "num_heads": 4, "fullatt_block_indexes": [1]}
+            if tiny
+            else {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
+                  "out_hidden_size": 1536, "num_heads": 16}
+        )  # fmt: skip
+    token_ids = {name: tokenizer.convert_tokens_to_ids(name) for name in SPECIAL_TOKENS}
+    return {
+        "model_type": family,
+        "image_token_id": token_ids["<|image_pad|>"],
+        "video_token_id": token_ids["<|video_pad|>"],
+        "vision_start_token_id": token_ids["<|vision_start|>"],
+        "vision_end_token_id": token_ids["<|vision_end|>"],
+        "vocab_size": len(tokenizer),
+        "vision_config": {"model_type": family, **vision},
+        "text_config": {"model_type": family, **text},
+        **text,  # Qwen2.5-VL's ModelConfig.from_dict reads text settings from the top level
+    }
+
+
+def build_random_model(
+    family: Family = "qwen2_vl", size: Size = "tiny", *, dtype: str = "float32", seed: int = 0
+) -> tuple[Any, Any]:
+    """A ``(model, processor)`` pair: an mlx-vlm model with random weights in ``dtype``, evaluated.
+
+    ``dtype`` is an ``mlx.core`` dtype name (``float32``, ``bfloat16``, ``float16``). The same
+    ``seed`` gives the same weights, so two builds are interchangeable in tests.
+    """
+    mx = import_mlx()
+    utils: Any = import_mlx_vlm_utils()
+    tokenizer = _build_tokenizer()
+    config = _model_config(family, size, tokenizer)
+    family_module = importlib.import_module(f"mlx_vlm.models.{family}")
+    model_config = family_module.ModelConfig.from_dict(dict(config))
+    model_config = utils.update_module_configs(model_config, family_module, config, ["text", "vision"])
+    mx.random.seed(seed)
+    model = family_module.Model(model_config)
+    if dtype != "float32":
+        from mlx.utils import tree_map
+
+        model.update(tree_map(lambda parameter: parameter.astype(getattr(mx, dtype)), model.parameters()))
+    mx.eval(model.parameters())
+    model.eval()
+    return model, _build_processor(family, tokenizer)
