@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS := hf,mlx,redis,disk,metrics,dev
+EXTRAS := hf,mlx,redis,metrics,dev
 # torch==2.13.0 is pinned by constraints.txt: an unpinned torch can pull a multi-GB CUDA build.
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 

@@ -108,16 +108,25 @@ def median_seconds(call: Callable[[], object], repeats: int, synchronize: Callab
     return statistics.median(samples)
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+def image_processor() -> Any:
+    """Qwen2-VL's PIL image processor (torchvision-free); older transformers: the default one."""
+    try:
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    except ImportError:
+        from transformers import Qwen2VLImageProcessor
 
+        return Qwen2VLImageProcessor()
+    return Qwen2VLImageProcessorPil()
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
     tower = build_tower(args.family, args.vision, getattr(torch, args.dtype), device)
-    processor = Qwen2VLImageProcessorPil()
+    processor = image_processor()
     counts = {count: measure_count(photo_jpegs(count), tower, processor, device, args.repeats)
               for count in args.counts}  # fmt: skip
     return {"device": describe_device(device), "family": args.family, "vision": args.vision,
-            "dtype": args.dtype, "counts": counts}  # fmt: skip
+            "dtype": args.dtype, "image_processor": type(processor).__name__, "counts": counts}  # fmt: skip
 
 
 def measure_count(
@@ -179,7 +188,8 @@ def describe_device(device: torch.device) -> str:
 
 def print_report(results: dict[str, Any], command: str) -> None:
     print(f"$ {command}")
-    print(f"{results['device']} | {results['family']} {results['vision']} tower, {results['dtype']}")
+    print(f"{results['device']} | {results['family']} {results['vision']} tower, {results['dtype']}, "
+          f"{results['image_processor']}")  # fmt: skip
     header = ("images", "preprocess", "encode", "hit (host->dev)", "hit (on dev)", "(pre+enc)/hit",
               "enc/hit", "(pre+enc)/hit on dev", "MB/image")  # fmt: skip
     rows = [header]

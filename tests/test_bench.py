@@ -69,10 +69,10 @@ def test_repeated_only_marks_requests_that_send_no_new_image(workload: Any) -> N
     assert flags[:3] == [False, False, False]  # first turns bring new photos
     assert flags[3:6] == [True, True, True]  # second turns only resend them
     assert workload.images_sent == sum(len(r.image_indexes) for r in workload.requests)
+    assert workload.distinct_images_sent == 5  # three users open with photos 0-2; + 2 generated
 
 
-def test_chat_prompt_has_one_placeholder_per_image_and_ends_with_the_assistant(
-        workload: Any) -> None:
+def test_chat_prompt_has_one_placeholder_per_image_and_ends_with_the_assistant(workload: Any) -> None:
     for request in workload.requests:
         text = chat_prompt(request, "<IMG>")
         assert text.count("<IMG>") == len(request.image_indexes)
@@ -86,8 +86,13 @@ def test_build_workload_rejects_bad_sizes() -> None:
 
 
 def mode(name: str, image_s: list[float], **fields: Any) -> ModeResult:
-    return ModeResult(name, image_s=image_s, prefill_s=[s + 0.1 for s in image_s],
-                      images_per_request=[2] * len(image_s), **fields)
+    return ModeResult(
+        name,
+        image_s=image_s,
+        prefill_s=[s + 0.1 for s in image_s],
+        images_per_request=[2] * len(image_s),
+        **fields,
+    )
 
 
 def test_cost_per_repeated_image_counts_only_requests_that_resend() -> None:
@@ -100,9 +105,11 @@ def test_cost_per_repeated_image_counts_only_requests_that_resend() -> None:
 
 
 def test_prefill_percentiles_and_json_report() -> None:
-    result = mode("visioncache", [0.0] * 20, stats={"embedding_hit_rate": 0.75,
-                                                   "pixel_cache_bytes": 10,
-                                                   "embedding_cache_bytes": 5})
+    result = mode(
+        "visioncache",
+        [0.0] * 20,
+        stats={"embedding_hit_rate": 0.75, "pixel_cache_bytes": 10, "embedding_cache_bytes": 5},
+    )
     result.prefill_s = [float(i) for i in range(1, 21)]
     assert result.prefill_percentile(50) == pytest.approx(10.5)
     assert result.prefill_percentile(95) == pytest.approx(19.05)
@@ -125,21 +132,29 @@ def bench_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser()
     bench.add_parser(parser.add_subparsers())
-    return parser.parse_args(["bench", "--quick", "--no-progress",
-                              "--json", str(tmp_path / "report.json"),
-                              "--plot", str(tmp_path / "chart.png"), *extra])
+    return parser.parse_args(
+        [
+            "bench",
+            "--quick",
+            "--no-progress",
+            "--json",
+            str(tmp_path / "report.json"),
+            "--plot",
+            str(tmp_path / "chart.png"),
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.slow
-def test_bench_exits_nonzero_when_logits_differ(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_exits_nonzero_when_logits_differ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("transformers")
     from visioncache.bench import transformers_runner
     from visioncache.commands import bench
 
     def run_modes(model: Any, processor: Any, workload: Any, *args: Any) -> Any:
         requests = len(workload.requests)
-        return [mode(name, [0.5] * requests) for name in transformers_runner.MODES], 0.25
+        return [mode(name, [0.5] * requests, wall_s=2.0) for name in transformers_runner.MODES], 0.25
 
     monkeypatch.setattr(transformers_runner, "run_modes", run_modes)
     assert bench.run(bench_args(tmp_path)) == 1
@@ -149,8 +164,13 @@ def test_bench_exits_nonzero_when_logits_differ(tmp_path: Path,
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "visioncache", "bench", *args],
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "visioncache", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.slow
@@ -165,8 +185,14 @@ def test_bad_model_path_is_a_clear_error_with_exit_code_2(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_quick_bench_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    completed = run_cli("--quick", "--no-progress", "--json", str(tmp_path / "report.json"),
-                        "--plot", str(tmp_path / "chart.png"))
+    completed = run_cli(
+        "--quick",
+        "--no-progress",
+        "--json",
+        str(tmp_path / "report.json"),
+        "--plot",
+        str(tmp_path / "chart.png"),
+    )
     assert completed.returncode == 0, completed.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     modes = report["modes"]
@@ -177,3 +203,12 @@ def test_quick_bench_end_to_end(tmp_path: Path) -> None:
     assert all(m["requests"] == modes["off"]["requests"] for m in modes.values())
     assert "max |logit difference| between modes: " in completed.stdout
     assert (tmp_path / "chart.png").stat().st_size > 10_000
+
+
+def test_missing_hf_extra_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from visioncache.commands import bench
+    from visioncache.errors import ConfigurationError
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # what `import torch` meets without the extra
+    with pytest.raises(ConfigurationError, match=r"pip install 'visioncache\[hf\]'"):
+        bench.run(bench_args(tmp_path))

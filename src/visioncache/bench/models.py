@@ -1,0 +1,272 @@
+"""Real-architecture Qwen VLMs built offline: random weights, in-code tokenizer, PIL image processor.
+
+Why: the bench and the tests must run the real Qwen2-VL / Qwen2.5-VL / Qwen3-VL code paths (vision
+tower, merger, M-RoPE, deepstack) on a machine that cannot download weights. Random weights are
+enough to prove that a cached path gives the same outputs as the uncached one and to time the
+vision tower, whose cost does not depend on the weights' values. ``load_model`` opens a local
+checkpoint directory when the user has one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import (
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    ProcessorMixin,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2_5_VLProcessor,
+    Qwen2VLConfig,
+    Qwen2VLForConditionalGeneration,
+    Qwen2VLProcessor,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLProcessor,
+)
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+from visioncache.errors import ConfigurationError
+
+__all__ = ["FAMILIES", "VISION_SIZES", "build_offline_model", "build_tokenizer", "load_model"]
+
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+VISION_SIZES = ("tiny", "full")
+
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<unk>",
+)
+# Words of the chat prompts the bench and the tests send; any other word tokenises to <unk>.
+WORDS = (
+    "user",
+    "assistant",
+    "system",
+    "describe",
+    "the",
+    "image",
+    "images",
+    "what",
+    "is",
+    "in",
+    "this",
+    "that",
+    "these",
+    "picture",
+    "photo",
+    "a",
+    "an",
+    "of",
+    "and",
+    "or",
+    "on",
+    "with",
+    "who",
+    "where",
+    "which",
+    "colour",
+    "color",
+    "cat",
+    "dog",
+    "person",
+    "cup",
+    "coffee",
+    "woman",
+    "man",
+    "how",
+    "many",
+    "are",
+    "there",
+    "compare",
+    "first",
+    "second",
+    "third",
+    "last",
+    "one",
+    "two",
+    "it",
+    "now",
+    "again",
+    "please",
+    "more",
+    "detail",
+    "details",
+    "about",
+    "tell",
+    "me",
+    "show",
+    "see",
+    "look",
+    "here",
+    "background",
+    "foreground",
+    "left",
+    "right",
+)
+
+_TEXT_TINY = dict(
+    hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128
+)
+# family -> (config class, model class, processor class, patch size, tiny vision config, text extras)
+_FAMILY_SPECS: dict[str, tuple[Any, Any, Any, int, dict[str, Any], dict[str, Any]]] = {
+    "qwen2_vl": (
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLProcessor,
+        14,
+        dict(depth=2, embed_dim=64, num_heads=4, hidden_size=64, mlp_ratio=4),
+        dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 2, 4]}),
+    ),
+    "qwen2_5_vl": (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        14,
+        dict(
+            depth=4,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=4,
+            out_hidden_size=64,
+            fullatt_block_indexes=[1, 3],
+            window_size=112,
+        ),
+        dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 2, 4]}),
+    ),
+    "qwen3_vl": (
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+        16,
+        dict(
+            depth=3,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=4,
+            out_hidden_size=64,
+            deepstack_visual_indexes=[0, 1],
+            num_position_embeddings=2304,
+        ),
+        dict(
+            head_dim=16,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 5e6,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            },
+        ),
+    ),
+}
+# Qwen2-VL-2B's vision tower; a one-layer text model of the 2B's width keeps the prefill cheap.
+_FULL_VISION = dict(depth=32, embed_dim=1280, num_heads=16, hidden_size=1536, mlp_ratio=4)
+_FULL_TEXT = dict(
+    hidden_size=1536,
+    num_hidden_layers=1,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    intermediate_size=1024,
+    rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
+)
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer whose special tokens are atomic, as in Qwen's real tokenizer."""
+    vocab = {token: index for index, token in enumerate((*SPECIAL_TOKENS, *dict.fromkeys(WORDS)))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=backend, unk_token="<unk>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[1:7])})
+    return tokenizer
+
+
+def _image_only_processor(processor_class: Any, image_processor: Any, tokenizer: Any) -> Any:
+    """The family's processor without a video processor (which needs torchvision, absent here)."""
+
+    class ImageOnlyProcessor(processor_class):  # type: ignore[misc]
+        # Dropping `video_processor` from __init__'s signature removes it from the attributes.
+        def __init__(
+            self,
+            image_processor: Any = None,
+            tokenizer: Any = None,
+            chat_template: str | None = None,
+            **kwargs: Any,
+        ) -> None:
+            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+    ImageOnlyProcessor.__name__ = f"ImageOnly{processor_class.__name__}"
+    return ImageOnlyProcessor(image_processor=image_processor, tokenizer=tokenizer)
+
+
+def build_offline_model(
+    family: str = "qwen2_vl", vision: str = "tiny", dtype: torch.dtype = torch.float32, seed: int = 0
+) -> tuple[PreTrainedModel, ProcessorMixin]:
+    """A random-weight model of ``family`` and its processor; ``vision="full"`` is Qwen2-VL-2B's tower."""
+    if family not in _FAMILY_SPECS:
+        raise ConfigurationError(f"unknown model family {family!r}; choose one of {FAMILIES}")
+    if vision not in VISION_SIZES:
+        raise ConfigurationError(f"unknown vision size {vision!r}; choose one of {VISION_SIZES}")
+    if vision == "full" and family != "qwen2_vl":
+        raise ConfigurationError("--vision full is defined for qwen2_vl only")
+    config_class, model_class, processor_class, patch_size, vision_config, text_extra = _FAMILY_SPECS[family]
+    tokenizer = build_tokenizer()
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    text_config = {**_TEXT_TINY, **text_extra} if vision == "tiny" else dict(_FULL_TEXT)
+    if vision == "full":
+        vision_config = _FULL_VISION
+    config = config_class(
+        vision_config={
+            **vision_config,
+            "patch_size": patch_size,
+            "temporal_patch_size": 2,
+            "spatial_merge_size": 2,
+        },
+        text_config={
+            **text_config,
+            "vocab_size": len(tokenizer),
+            "bos_token_id": None,
+            "eos_token_id": ids["<|endoftext|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    torch.manual_seed(seed)
+    model = model_class(config).to(dtype).eval()
+    image_processor = Qwen2VLImageProcessorPil(patch_size=patch_size)
+    return model, _image_only_processor(processor_class, image_processor, tokenizer)
+
+
+def load_model(
+    path: str | Path, dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, ProcessorMixin]:
+    """A local checkpoint directory's model and processor; a bad path is a ConfigurationError."""
+    directory = Path(path)
+    if not (directory / "config.json").is_file():
+        raise ConfigurationError(
+            f"--model {str(path)!r} is not a checkpoint directory (no config.json in it)"
+        )
+    try:
+        processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+            directory, local_files_only=True
+        )
+        model = AutoModelForImageTextToText.from_pretrained(directory, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError, KeyError, ImportError) as error:
+        raise ConfigurationError(f"cannot load --model {str(path)!r}: {error}") from error
+    return model.eval(), processor  # type: ignore[no-untyped-call]

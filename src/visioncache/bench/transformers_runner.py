@@ -1,0 +1,165 @@
+"""The bench's transformers engine: one workload through three input paths, timed per request.
+
+Why: the three modes must differ only in how a request's model inputs are built, so each mode is
+a ``prepare`` function and one loop times them all the same way and runs the same prefill.
+``off`` is transformers' own path (processor, then the vision tower on every image);
+``prompt_keyed`` is the reference engine's (processor output cached under images + the whole
+prompt; the vision tower always runs); ``visioncache`` is ``CachedVisionModel``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from PIL import Image
+from transformers import PreTrainedModel, ProcessorMixin
+
+from visioncache import VisionEmbeddingCache
+from visioncache.bench.report import ModeResult
+from visioncache.bench.workload import Workload, chat_prompt
+from visioncache.integrations.hf_images import ImageInput, load_pil_image
+from visioncache.integrations.transformers import CachedVisionModel, StageTimes, model_namespace
+
+__all__ = ["IMAGE_PLACEHOLDER", "MODES", "run_modes"]
+
+MODES = ("off", "prompt_keyed", "visioncache")
+IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+
+# (prompt, images) -> (model inputs, seconds spent on the images: pixels and vision output)
+Prepare = Callable[[str, list[ImageInput]], tuple[dict[str, Any], float]]
+
+
+class _Engine:
+    """A model and its processor, with each mode's way of building a request's inputs."""
+
+    def __init__(self, model: PreTrainedModel, processor: ProcessorMixin) -> None:
+        self.model: Any = model
+        self.processor: Any = processor
+        self.namespace = model_namespace(model, processor)
+
+    def _processor_and_encoder(
+        self, prompt: str, images: list[ImageInput], times: StageTimes, cache: VisionEmbeddingCache | None
+    ) -> tuple[dict[str, Any], float]:
+        """transformers' path, optionally with the reference's prompt-keyed pixel cache; its
+        image seconds include the text's tokenisation, which runs inside the processor."""
+        start = time.perf_counter()
+        entry = cache.get_pixel_cache(images, prompt) if cache is not None else None
+        if entry is None:
+            inputs = dict(
+                self.processor(
+                    images=[load_pil_image(i) for i in images] or None, text=[prompt], return_tensors="pt"
+                )
+            )
+            if cache is not None:
+                cache.set_pixel_cache(
+                    images,
+                    prompt,
+                    inputs.get("pixel_values"),
+                    inputs["input_ids"],
+                    attention_mask=inputs["attention_mask"],
+                    image_grid_thw=inputs.get("image_grid_thw"),
+                    extra_kwargs={"mm_token_type_ids": inputs["mm_token_type_ids"]},
+                    processing_time=time.perf_counter() - start,
+                )
+        else:
+            inputs = {
+                "input_ids": entry.input_ids,
+                "attention_mask": entry.attention_mask,
+                "pixel_values": entry.pixel_values,
+                "image_grid_thw": entry.image_grid_thw,
+                **entry.extra_kwargs,
+            }
+        encode_start = time.perf_counter()
+        times.add(preprocess=encode_start - start, preprocessed=0 if entry is not None else len(images))
+        pixel_values = inputs.pop("pixel_values", None)
+        if pixel_values is not None:
+            # The vision tower runs outside the forward so its time is measured on its own; this
+            # is what transformers' forward does with pixel_values (same logits).
+            with torch.no_grad():
+                inputs["mm_encoder_outputs"] = {
+                    "image": self.model.get_image_features(pixel_values, inputs["image_grid_thw"])
+                }
+            times.add(encode=time.perf_counter() - encode_start, encoded=len(images))
+        return inputs, time.perf_counter() - start
+
+    def preparer(self, mode: str, cache: VisionEmbeddingCache | None) -> tuple[Prepare, StageTimes]:
+        """``mode``'s input-building function and the counters it adds its work to."""
+        if mode == "visioncache":
+            adapter = CachedVisionModel(self.model, self.processor, cache=cache)
+
+            def prepare(prompt: str, images: list[ImageInput]) -> tuple[dict[str, Any], float]:
+                start = time.perf_counter()
+                values = adapter.image_outputs([images])
+                image_seconds = time.perf_counter() - start
+                return adapter.model_inputs([prompt], values), image_seconds
+
+            return prepare, adapter.times
+        times = StageTimes()
+        return (lambda prompt, images: self._processor_and_encoder(prompt, images, times, cache), times)
+
+    def prefill_logits(self, inputs: dict[str, Any]) -> torch.Tensor:
+        with torch.no_grad():
+            logits: torch.Tensor = self.model(**inputs).logits
+        return logits.float()
+
+    def warm_up(self) -> None:
+        """One small request, untimed: the first forward pays one-time allocation costs."""
+        image = Image.new("RGB", (56, 56), (120, 80, 40))
+        prompt = f"<|im_start|>user\n{IMAGE_PLACEHOLDER}describe<|im_end|>\n"
+        self.prefill_logits(self._processor_and_encoder(prompt, [image], StageTimes(), None)[0])
+
+
+class _ModeRun:
+    """One mode's cache, input path and measurements while the workload runs."""
+
+    def __init__(self, engine: _Engine, mode: str) -> None:
+        self.engine = engine
+        self.cache = None if mode == "off" else VisionEmbeddingCache(namespace=engine.namespace)
+        self.prepare, self.times = engine.preparer(mode, self.cache)
+        self.result = ModeResult(mode)
+
+    def run(self, prompt: str, images: list[ImageInput]) -> torch.Tensor:
+        """One request's prefill logits, timed."""
+        start = time.perf_counter()
+        inputs, image_seconds = self.prepare(prompt, images)
+        logits = self.engine.prefill_logits(inputs)
+        self.result.prefill_s.append(time.perf_counter() - start)
+        self.result.image_s.append(image_seconds)
+        self.result.images_per_request.append(len(images))
+        return logits
+
+    def finish(self, workload: Workload) -> ModeResult:
+        result, times = self.result, self.times
+        result.wall_s = sum(result.prefill_s)
+        result.preprocess_s, result.encode_s = times.preprocess_seconds, times.encode_seconds
+        result.images_encoded, result.images_sent = times.images_encoded, workload.images_sent
+        result.stats = self.cache.get_stats() if self.cache is not None else {}
+        return result
+
+
+def run_modes(
+    model: PreTrainedModel,
+    processor: ProcessorMixin,
+    workload: Workload,
+    progress: Callable[[Iterable[Any], str], Iterable[Any]],
+) -> tuple[list[ModeResult], float]:
+    """Every mode on ``workload``; returns the results and the largest absolute difference of any
+    request's prefill logits from the ``off`` mode's.
+
+    The modes take turns request by request (each with its own cache), so load from other
+    processes on a shared machine falls on all of them alike instead of on whichever ran last.
+    """
+    engine = _Engine(model, processor)
+    engine.warm_up()
+    runs = [_ModeRun(engine, mode) for mode in MODES]
+    max_diff = 0.0
+    for request in progress(workload.requests, "requests"):
+        prompt = chat_prompt(request, IMAGE_PLACEHOLDER)
+        images: list[ImageInput] = [workload.images[i] for i in request.image_indexes]
+        reference, *others = (run.run(prompt, images) for run in runs)
+        for logits in others:
+            max_diff = max(max_diff, (logits - reference).abs().max().item())
+    return [run.finish(workload) for run in runs], max_diff

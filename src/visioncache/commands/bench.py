@@ -1,0 +1,165 @@
+"""``visioncache bench``: one chat workload through a real Qwen2-VL, with and without the cache.
+
+Modes, measured side by side: no cache (``off``), the reference's prompt-keyed pixel cache
+(``prompt_keyed``) and visioncache's per-image pixels and embeddings (``visioncache``).
+Why: a user should see, on their own machine, what the cache saves and that it changes no
+output. Exit status: 0 when every mode's prefill logits match ``off`` within the tolerance, 1 when
+they do not, 2 for a usage error (bad ``--model``, missing extra), reported without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from visioncache.errors import ConfigurationError
+
+__all__ = ["add_parser", "run"]
+
+# Largest |logit difference| accepted between modes, per dtype: batching the vision tower's
+# inputs differently may reorder floating-point sums, never more than rounding.
+TOLERANCES = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
+QUICK = {"users": 2, "turns": 3, "image_size": 112, "generated_images": 1}
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure the cache on a real Qwen2-VL with a multi-user chat workload",
+        description=__doc__.splitlines()[0],
+    )
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--vision",
+        choices=("tiny", "full"),
+        default="tiny",
+        help="random-weight vision tower: tiny (fast) or full (Qwen2-VL-2B's)",
+    )
+    model.add_argument(
+        "--model", metavar="PATH", help="a local checkpoint directory (Qwen2-VL, Qwen2.5-VL or Qwen3-VL)"
+    )
+    model.add_argument("--dtype", choices=tuple(TOLERANCES), default="float32", help="model dtype (float32)")
+    workload = parser.add_argument_group("workload")
+    workload.add_argument("--users", type=int, default=4, help="concurrent chat users (4)")
+    workload.add_argument("--turns", type=int, default=4, help="turns per conversation (4)")
+    workload.add_argument(
+        "--image-size", type=int, default=224, help="longest side of each image in pixels (224)"
+    )
+    workload.add_argument(
+        "--generated-images", type=int, default=2, help="generated images besides the four shipped photos (2)"
+    )
+    workload.add_argument("--seed", type=int, default=0)
+    workload.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short workload for CI: "
+        + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items()),
+    )
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    output.add_argument("--plot", metavar="PATH", help="write a PNG chart comparing the modes")
+    output.add_argument(
+        "--tolerance",
+        type=float,
+        help="largest accepted |logit difference| (default by dtype: "
+        + ", ".join(f"{k} {v:g}" for k, v in TOLERANCES.items())
+        + ")",
+    )
+    output.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _import_engine() -> Any:
+    """The transformers engine, or a ConfigurationError naming the extra to install."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+
+        from visioncache.bench import models, transformers_runner
+    except ImportError as error:
+        raise ConfigurationError(
+            f"visioncache bench needs the hf extra: pip install 'visioncache[hf]' ({error})"
+        ) from None
+    return models, transformers_runner
+
+
+def _print_table(rows: list[list[str]], title: str) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+        print(title)
+        for row in rows:
+            print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
+        return
+    table = Table(title=title)
+    for index, header in enumerate(rows[0]):
+        table.add_column(header, justify="left" if index == 0 else "right")
+    for row in rows[1:]:
+        table.add_row(*row)
+    Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
+    models, runner = _import_engine()
+    import torch
+    from tqdm import tqdm
+
+    from visioncache.bench.plot import plot_results
+    from visioncache.bench.report import format_table, image_cost_ratios, report_json
+    from visioncache.bench.workload import build_workload
+
+    dtype = getattr(torch, args.dtype)
+    if args.model is not None and args.vision != "tiny":
+        raise ConfigurationError("--vision builds a random-weight model; it cannot go with --model")
+    if args.model is not None:
+        model, processor = models.load_model(args.model, dtype)
+    else:
+        model, processor = models.build_offline_model("qwen2_vl", args.vision, dtype)
+    try:
+        workload = build_workload(args.users, args.turns, args.image_size, args.generated_images, args.seed)
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from None
+
+    def progress(items: Any, description: str) -> Any:
+        return tqdm(items, desc=description, unit="req", disable=args.no_progress, file=sys.stderr)
+
+    results, max_diff = runner.run_modes(model, processor, workload, progress)
+    repeated = workload.repeated_only()
+    tolerance = args.tolerance if args.tolerance is not None else TOLERANCES[args.dtype]
+    command = "visioncache bench " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:])
+    source = args.model or f"random-weight Qwen2-VL, {args.vision} vision tower"
+    subtitle = (
+        f"{source}, {args.dtype}; {len(workload.requests)} requests from {args.users} "
+        f"users x {args.turns} turns, {workload.images_sent} images sent "
+        f"({workload.distinct_images_sent} distinct, {args.image_size}px)"
+    )
+    _print_table(format_table(results, repeated), subtitle)
+    for mode, ratio in image_cost_ratios(results, repeated).items():
+        print(f"a repeated image costs {ratio:,.0f}x less with visioncache than with {mode}")
+    verdict = "OK" if max_diff <= tolerance else "MISMATCH"
+    print(f"max |logit difference| between modes: {max_diff:.3g} (tolerance {tolerance:g}): {verdict}")
+    settings: dict[str, Any] = {
+        "command": command,
+        "model": source,
+        "dtype": args.dtype,
+        "users": args.users,
+        "turns": args.turns,
+        "image_size": args.image_size,
+        "generated_images": args.generated_images,
+        "seed": args.seed,
+        "torch_threads": torch.get_num_threads(),
+    }
+    if args.json:
+        report = report_json(results, repeated, max_diff, tolerance, settings)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.plot:
+        plot_results(results, repeated, max_diff, subtitle, args.plot)
+    return 0 if max_diff <= tolerance else 1
