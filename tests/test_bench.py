@@ -212,3 +212,33 @@ def test_missing_hf_extra_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setitem(sys.modules, "torch", None)  # what `import torch` meets without the extra
     with pytest.raises(ConfigurationError, match=r"pip install 'visioncache\[hf\]'"):
         bench.run(bench_args(tmp_path))
+
+
+@pytest.mark.slow
+def test_quick_bench_on_the_mlx_engine(tmp_path: Path) -> None:
+    pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be installed on this platform")
+    completed = run_cli("--quick", "--no-progress", "--engine", "mlx", "--json", str(tmp_path / "mlx.json"))
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads((tmp_path / "mlx.json").read_text())
+    modes = report["modes"]
+    assert report["settings"]["engine"] == "mlx" and report["max_abs_logit_diff"] == 0.0
+    assert modes["off"]["images_encoded"] == modes["off"]["images_sent"]
+    assert modes["visioncache"]["images_encoded"] < modes["off"]["images_encoded"]
+    assert modes["visioncache"]["embedding_hit_rate"] > 0.5
+
+
+def test_unusable_device_is_a_clear_error(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from visioncache.commands import bench
+    from visioncache.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="cannot use --device no-such-device"):
+        bench.run(bench_args(tmp_path, "--device", "no-such-device"))
+
+
+def test_model_path_is_refused_with_the_mlx_engine(tmp_path: Path) -> None:
+    from visioncache.commands import bench
+    from visioncache.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="--model is not supported with --engine mlx"):
+        bench.run(bench_args(tmp_path, "--engine", "mlx", "--model", str(tmp_path)))

@@ -75,13 +75,17 @@ class _Engine:
         encode_start = time.perf_counter()
         times.add(preprocess=encode_start - start, preprocessed=0 if entry is not None else len(images))
         pixel_values = inputs.pop("pixel_values", None)
+        device = self.model.device
+        inputs = {name: value.to(device) if isinstance(value, torch.Tensor) else value
+                  for name, value in inputs.items()}  # fmt: skip
         if pixel_values is not None:
             # The vision tower runs outside the forward so its time is measured on its own; this
             # is what transformers' forward does with pixel_values (same logits).
             with torch.no_grad():
                 inputs["mm_encoder_outputs"] = {
-                    "image": self.model.get_image_features(pixel_values, inputs["image_grid_thw"])
+                    "image": self.model.get_image_features(pixel_values.to(device), inputs["image_grid_thw"])
                 }
+            _synchronize(device)
             times.add(encode=time.perf_counter() - encode_start, encoded=len(images))
         return inputs, time.perf_counter() - start
 
@@ -102,14 +106,21 @@ class _Engine:
 
     def prefill_logits(self, inputs: dict[str, Any]) -> torch.Tensor:
         with torch.no_grad():
-            logits: torch.Tensor = self.model(**inputs).logits
-        return logits.float()
+            logits: torch.Tensor = self.model(**inputs).logits.float()
+        _synchronize(logits.device)
+        return logits
 
     def warm_up(self) -> None:
         """One small request, untimed: the first forward pays one-time allocation costs."""
         image = Image.new("RGB", (56, 56), (120, 80, 40))
         prompt = f"<|im_start|>user\n{IMAGE_PLACEHOLDER}describe<|im_end|>\n"
         self.prefill_logits(self._processor_and_encoder(prompt, [image], StageTimes(), None)[0])
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so wall-clock timings cover it (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class _ModeRun:

@@ -43,6 +43,13 @@ def add_parser(subparsers: Any) -> None:
         "--model", metavar="PATH", help="a local checkpoint directory (Qwen2-VL, Qwen2.5-VL or Qwen3-VL)"
     )
     model.add_argument("--dtype", choices=tuple(TOLERANCES), default="float32", help="model dtype (float32)")
+    model.add_argument(
+        "--engine", choices=("transformers", "mlx"), default="transformers",
+        help="run the models with transformers (torch) or mlx-vlm (mlx) (transformers)",
+    )  # fmt: skip
+    model.add_argument(
+        "--device", default="cpu", help="torch device of the transformers engine, e.g. cuda (cpu)"
+    )
     workload = parser.add_argument_group("workload")
     workload.add_argument("--users", type=int, default=4, help="concurrent chat users (4)")
     workload.add_argument("--turns", type=int, default=4, help="turns per conversation (4)")
@@ -72,18 +79,40 @@ def add_parser(subparsers: Any) -> None:
     output.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _import_engine() -> Any:
-    """The transformers engine, or a ConfigurationError naming the extra to install."""
+def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """``(run_modes, model, processor)`` for ``args.engine``; a missing extra or a bad ``--model``
+    is a ConfigurationError naming what to do."""
+    if args.model is not None and args.vision != "tiny":
+        raise ConfigurationError("--vision builds a random-weight model; it cannot go with --model")
+    if args.engine == "mlx":
+        if args.model is not None:
+            raise ConfigurationError("--model is not supported with --engine mlx (random weights only)")
+        try:
+            from visioncache.bench import mlx_runner
+            from visioncache.integrations.mlx_pipeline import build_random_model
+
+            model, processor = build_random_model("qwen2_vl", args.vision, dtype=args.dtype)
+        except ImportError as error:
+            raise ConfigurationError(str(error)) from None
+        return mlx_runner.run_modes, model, processor
     try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
+        import torch
 
         from visioncache.bench import models, transformers_runner
     except ImportError as error:
         raise ConfigurationError(
             f"visioncache bench needs the hf extra: pip install 'visioncache[hf]' ({error})"
         ) from None
-    return models, transformers_runner
+    dtype = getattr(torch, args.dtype)
+    if args.model is not None:
+        model, processor = models.load_model(args.model, dtype)
+    else:
+        model, processor = models.build_offline_model("qwen2_vl", args.vision, dtype)
+    try:
+        model = model.to(args.device)
+    except (RuntimeError, AssertionError) as error:
+        raise ConfigurationError(f"cannot use --device {args.device}: {error}") from None
+    return transformers_runner.run_modes, model, processor
 
 
 def _print_table(rows: list[list[str]], title: str) -> None:
@@ -108,21 +137,13 @@ def run(args: argparse.Namespace) -> int:
     if args.quick:
         for name, value in QUICK.items():
             setattr(args, name, value)
-    models, runner = _import_engine()
-    import torch
+    run_modes, model, processor = _build_engine(args)
     from tqdm import tqdm
 
     from visioncache.bench.plot import plot_results
     from visioncache.bench.report import format_table, image_cost_ratios, report_json
     from visioncache.bench.workload import build_workload
 
-    dtype = getattr(torch, args.dtype)
-    if args.model is not None and args.vision != "tiny":
-        raise ConfigurationError("--vision builds a random-weight model; it cannot go with --model")
-    if args.model is not None:
-        model, processor = models.load_model(args.model, dtype)
-    else:
-        model, processor = models.build_offline_model("qwen2_vl", args.vision, dtype)
     try:
         workload = build_workload(args.users, args.turns, args.image_size, args.generated_images, args.seed)
     except ValueError as error:
@@ -131,11 +152,12 @@ def run(args: argparse.Namespace) -> int:
     def progress(items: Any, description: str) -> Any:
         return tqdm(items, desc=description, unit="req", disable=args.no_progress, file=sys.stderr)
 
-    results, max_diff = runner.run_modes(model, processor, workload, progress)
+    results, max_diff = run_modes(model, processor, workload, progress)
     repeated = workload.repeated_only()
     tolerance = args.tolerance if args.tolerance is not None else TOLERANCES[args.dtype]
     command = "visioncache bench " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:])
-    source = args.model or f"random-weight Qwen2-VL, {args.vision} vision tower"
+    engine = "mlx-vlm" if args.engine == "mlx" else f"transformers on {args.device}"
+    source = args.model or f"random-weight Qwen2-VL, {args.vision} vision tower, {engine}"
     subtitle = (
         f"{source}, {args.dtype}; {len(workload.requests)} requests from {args.users} "
         f"users x {args.turns} turns, {workload.images_sent} images sent "
@@ -155,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
         "image_size": args.image_size,
         "generated_images": args.generated_images,
         "seed": args.seed,
-        "torch_threads": torch.get_num_threads(),
+        "engine": args.engine,
+        "device": args.device if args.engine == "transformers" else "mlx",
     }
     if args.json:
         report = report_json(results, repeated, max_diff, tolerance, settings)

@@ -227,6 +227,8 @@ class CachedVisionModel:
         # no_grad, not inference_mode: cached tensors must stay usable in a later autograd forward.
         with torch.no_grad():
             output = model.get_image_features(pixel_values.to(model.device), grids.to(model.device))
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)  # time the tower's work, not just its launch
         self.times.add(encode=time.perf_counter() - start, encoded=len(images))
         values: list[dict[str, Any]] = []
         for index, grid in enumerate(grids):
