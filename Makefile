@@ -35,7 +35,12 @@ test: install redis-server lint typecheck
 	$(BIN)/python -m pytest
 
 demo: install
-	$(BIN)/python benchmarks/bench_identity.py
+	mkdir -p out
+	$(BIN)/visioncache bench --json out/bench.json --plot out/bench.png
+
+bench-smoke: install
+	mkdir -p out
+	$(BIN)/visioncache bench --quick --no-progress --json out/bench-quick.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -38,13 +38,19 @@ class PathDigestMemo:
         self._lock = threading.Lock()
 
     def lookup(self, path: str, status: os.stat_result) -> bytes | None:
-        """The remembered digest if the file's stat key is unchanged, else None."""
-        with self._lock:
-            found = self._entries.get(path)
-            if found is None or found[0] != _stat_key(status):
-                return None
+        """The remembered digest if the file's stat key is unchanged, else None.
+
+        Takes no lock (a hit must not convoy threads): the read and the LRU touch are each one
+        atomic dict operation, and an entry is replaced whole, never mutated.
+        """
+        found = self._entries.get(path)
+        if found is None or found[0] != _stat_key(status):
+            return None
+        try:  # noqa: SIM105 - a try costs less than contextlib.suppress on the hit path
             self._entries.move_to_end(path)
-            return found[1]
+        except KeyError:  # dropped from the memo meanwhile: the digest is still right
+            pass
+        return found[1]
 
     def remember(self, path: str, status: os.stat_result, digest: bytes) -> None:
         """Remember ``digest`` for ``path`` if the file has settled (see module docstring)."""

@@ -12,9 +12,11 @@ Every cache level is an instance of `Store` (DESIGN.md principle 2). Guarantees:
   evicting what running requests use;
 - single-flight: `claim` tells exactly one caller per missing key to compute it (the *owner*); every
   other caller gets the owner's `Future` and waits for the same result or exception;
-- counters (hits, misses, evictions, ...) are updated under the same lock as the entries, so they are
-  exact under concurrency. ``max_entries=0`` disables the store: nothing is stored or counted as
-  rejected.
+- hits take no lock: dict reads and the LRU touch are single atomic operations under the GIL, and
+  counters are per-thread tallies (`ThreadCounters`), exact under concurrency; a lookup that
+  finds nothing takes the lock and looks again before it counts a miss. Writes, evictions, pins
+  and claims of missing keys are serialised by one lock. ``max_entries=0`` disables the store:
+  nothing is stored or counted as rejected.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from visioncache.counters import ThreadCounters
 from visioncache.values import tree_nbytes
 
 __all__ = ["Claim", "PutResult", "Store"]
@@ -61,7 +64,7 @@ class Claim:
 
 
 _COUNTERS = ("hits", "misses", "evictions", "rejections", "singleflight_waits",
-             "validation_failures", "computed")  # fmt: skip
+             "validation_failures", "computed", "time_saved")  # fmt: skip
 
 
 class Store:
@@ -84,11 +87,7 @@ class Store:
         self._flights: dict[str, Future[Any]] = {}
         self._nbytes = 0
         self._pinned_nbytes = 0
-        self._reset_counters()
-
-    def _reset_counters(self) -> None:
-        self._counts = dict.fromkeys(_COUNTERS, 0)
-        self._time_saved = 0.0
+        self._counters = ThreadCounters(_COUNTERS)
 
     @property
     def enabled(self) -> bool:
@@ -96,22 +95,30 @@ class Store:
 
     # ---- lookups -------------------------------------------------------------------------------
     def _find(self, key: str) -> _Entry | None:
-        entry = self._lru.get(key)
+        """The entry of ``key``, touched as most-recently-used. Safe without the lock: each dict
+        operation is atomic; a miss here may be a move between the two dicts, so callers that
+        need certainty look again under the lock."""
+        entry = self._lru.get(key) or self._pinned.get(key)
         if entry is not None:
-            self._lru.move_to_end(key)
-            return entry
-        return self._pinned.get(key)
+            try:  # noqa: SIM105 - a try costs less than contextlib.suppress on the hit path
+                self._lru.move_to_end(key)
+            except KeyError:  # pinned, or evicted since the read: nothing to reorder
+                pass
+        return entry
 
     def get(self, key: str) -> Any | None:
         """The value for ``key`` (now most-recently-used), or None; counts a hit or a miss."""
-        with self._lock:
-            entry = self._find(key)
-            if entry is None:
-                self._counts["misses"] += 1
-                return None
-            self._counts["hits"] += 1
-            self._time_saved += entry.cost
-            return entry.value
+        entry = self._find(key)
+        if entry is None:
+            with self._lock:
+                entry = self._find(key)
+        tally = self._counters.local()
+        if entry is None:
+            tally["misses"] += 1
+            return None
+        tally["hits"] += 1
+        tally["time_saved"] += entry.cost
+        return entry.value
 
     def claim(self, key: str) -> Claim:
         """Look ``key`` up for a computation: a hit, a wait on its owner, or ownership of it.
@@ -119,6 +126,9 @@ class Store:
         Counts nothing (the caller records what it did with `record`). An owner must end its
         claim with `fulfil` or `abandon`, or waiters wait forever.
         """
+        entry = self._find(key)
+        if entry is not None:
+            return Claim(value=entry.value, cost=entry.cost)
         with self._lock:
             entry = self._find(key)
             if entry is not None:
@@ -147,11 +157,11 @@ class Store:
             future.set_exception(error)
 
     def record(self, *, time_saved: float = 0.0, **counts: int) -> None:
-        """Add to the counters in one step (names as in `stats`)."""
-        with self._lock:
-            for name, count in counts.items():
-                self._counts[name] += count
-            self._time_saved += time_saved
+        """Add to the counters (names as in `stats`)."""
+        tally = self._counters.local()
+        for name, count in counts.items():
+            tally[name] += count
+        tally["time_saved"] += time_saved
 
     # ---- writes --------------------------------------------------------------------------------
     def put(self, key: str, value: Any, *, cost: float = 0.0) -> PutResult:
@@ -163,7 +173,7 @@ class Store:
             old = self._remove(key)
             pinned = self._pins.get(key, 0) > 0
             if not self._can_fit(nbytes, pinned):
-                self._counts["rejections"] += 1
+                self._counters.local()["rejections"] += 1
                 return PutResult.REJECTED
             self._evict_for(nbytes)
             entry = _Entry(value, nbytes, cost)
@@ -190,7 +200,7 @@ class Store:
         ):
             _, entry = self._lru.popitem(last=False)
             self._nbytes -= entry.nbytes
-            self._counts["evictions"] += 1
+            self._counters.local()["evictions"] += 1
 
     def _remove(self, key: str) -> _Entry | None:
         entry = self._lru.pop(key, None)
@@ -243,18 +253,16 @@ class Store:
             self._lru.clear()
             self._pinned.clear()
             self._nbytes = self._pinned_nbytes = 0
-            self._reset_counters()
+        self._counters.reset()
 
     def stats(self) -> dict[str, int | float]:
         """A consistent snapshot of the counters, sizes and time saved."""
+        counts = self._counters.snapshot()
         with self._lock:
-            return {
-                **self._counts,
-                "size": len(self._lru) + len(self._pinned),
-                "bytes": self._nbytes,
-                "pinned": len(self._pinned),
-                "time_saved": self._time_saved,
-            }
+            sizes = {"size": len(self._lru) + len(self._pinned), "bytes": self._nbytes,
+                     "pinned": len(self._pinned)}  # fmt: skip
+        return {**{name: int(counts[name]) for name in _COUNTERS[:-1]}, **sizes,
+                "time_saved": counts["time_saved"]}  # fmt: skip
 
     @property
     def nbytes(self) -> int:
