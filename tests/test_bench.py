@@ -242,3 +242,31 @@ def test_model_path_is_refused_with_the_mlx_engine(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigurationError, match="--model is not supported with --engine mlx"):
         bench.run(bench_args(tmp_path, "--engine", "mlx", "--model", str(tmp_path)))
+
+
+@pytest.mark.slow
+def test_bench_runs_on_a_local_checkpoint_directory(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from visioncache.bench import models
+
+    model, processor = models.build_offline_model("qwen2_5_vl", "tiny", torch.float32)
+    checkpoint = tmp_path / "checkpoint"
+    model.save_pretrained(checkpoint)
+    processor.save_pretrained(checkpoint)
+    completed = run_cli(
+        "--quick", "--no-progress", "--model", str(checkpoint), "--json", str(tmp_path / "r.json")
+    )
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["settings"]["model"] == str(checkpoint) and report["outputs_match"]
+    assert report["modes"]["visioncache"]["images_encoded"] < report["modes"]["off"]["images_encoded"]
+
+
+def test_checkpoint_of_an_unsupported_family_is_a_clear_error(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from visioncache.bench import models
+    from visioncache.errors import ConfigurationError
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ConfigurationError, match="'llama' model; supported"):
+        models.load_model(tmp_path)

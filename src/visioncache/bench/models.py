@@ -15,8 +15,9 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
+    AutoConfig,
     AutoModelForImageTextToText,
-    AutoProcessor,
+    AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerFast,
     ProcessorMixin,
@@ -256,17 +257,27 @@ def build_offline_model(
 def load_model(
     path: str | Path, dtype: torch.dtype = torch.float32
 ) -> tuple[PreTrainedModel, ProcessorMixin]:
-    """A local checkpoint directory's model and processor; a bad path is a ConfigurationError."""
+    """A local checkpoint directory's model and processor; a bad path is a ConfigurationError.
+
+    The processor is assembled from the checkpoint's tokenizer and image-processor settings with
+    the PIL image processor, like the offline models: the stock processors also load a video
+    processor, which needs torchvision.
+    """
     directory = Path(path)
     if not (directory / "config.json").is_file():
         raise ConfigurationError(
             f"--model {str(path)!r} is not a checkpoint directory (no config.json in it)"
         )
     try:
-        processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
-            directory, local_files_only=True
-        )
+        config = AutoConfig.from_pretrained(directory, local_files_only=True)
+        if config.model_type not in _FAMILY_SPECS:
+            raise ConfigurationError(
+                f"--model {str(path)!r} is a {config.model_type!r} model; supported: {FAMILIES}"
+            )
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        image_processor = Qwen2VLImageProcessorPil.from_pretrained(directory, local_files_only=True)
         model = AutoModelForImageTextToText.from_pretrained(directory, dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError, ImportError) as error:
         raise ConfigurationError(f"cannot load --model {str(path)!r}: {error}") from error
+    processor = _image_only_processor(_FAMILY_SPECS[config.model_type][2], image_processor, tokenizer)
     return model.eval(), processor  # type: ignore[no-untyped-call]
