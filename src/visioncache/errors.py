@@ -12,6 +12,7 @@ __all__ = [
     "EncoderOutputError",
     "ImageTooLargeError",
     "InvalidImageError",
+    "PlaceholderMismatchError",
     "UnserializableValueError",
     "UnsupportedImageTypeError",
     "UnsupportedInputTypeError",
@@ -44,6 +45,10 @@ class UnsupportedInputTypeError(VisionCacheError, TypeError):
 
 class UnsupportedImageTypeError(UnsupportedInputTypeError):
     """An image input (or an ``images`` argument) has a type visioncache does not accept."""
+
+
+class PlaceholderMismatchError(VisionCacheError, ValueError):
+    """A prompt's image placeholders do not match the number of images sent with it."""
 
 
 class ConfigurationError(VisionCacheError, ValueError):

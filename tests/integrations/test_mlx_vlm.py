@@ -25,6 +25,7 @@ from mlx_vlm import utils as mlx_vlm_utils  # noqa: E402
 from mlx_vlm.generate import generate_step  # noqa: E402
 
 from visioncache import ConfigurationError, VisionEmbeddingCache  # noqa: E402
+from visioncache.errors import PlaceholderMismatchError  # noqa: E402
 from visioncache.integrations import mlx_vlm  # noqa: E402
 from visioncache.integrations.mlx_random_model import (  # noqa: E402
     build_random_model,
@@ -278,7 +279,7 @@ def test_unsupported_family_and_processor_raise_configuration_error() -> None:
 def test_placeholder_count_must_match_images() -> None:
     processor = build_random_processor("qwen2_vl")
     cache = new_cache(None, processor)
-    with pytest.raises(ValueError, match="1 image placeholder"):
+    with pytest.raises(PlaceholderMismatchError, match="1 image placeholder"):
         mlx_vlm.prepare_inputs(processor, images=make_images(2), prompts=chat_prompt("a", 1), cache=cache)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from blake3 import blake3
 
 from visioncache.entries import PixelOnlyCacheEntry
-from visioncache.errors import ConfigurationError
+from visioncache.errors import ConfigurationError, PlaceholderMismatchError
 from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
 
 __all__ = [
@@ -112,7 +112,7 @@ def _expand_placeholders(processor: Any, prompts: list[str], grids: list[Any]) -
     counts = [math.prod(grid.reshape(-1).tolist()) // merge_area for grid in grids]
     num_placeholders = sum(prompt.count(token) for prompt in prompts)
     if num_placeholders != len(counts):
-        raise ValueError(
+        raise PlaceholderMismatchError(
             f"the prompts hold {num_placeholders} image placeholder(s) {token!r} "
             f"but {len(counts)} image(s) were given"
         )

@@ -33,7 +33,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from blake3 import blake3
 
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
-from visioncache.errors import ConfigurationError, VisionCacheError
+from visioncache.errors import ConfigurationError, PlaceholderMismatchError
 from visioncache.identity import frame
 from visioncache.integrations.hf_images import ImageInput, load_pil_image
 
@@ -53,10 +53,6 @@ DEEPSTACK_FAMILIES = frozenset({"qwen3_vl"})
 VALUE_FORMAT = "visioncache.transformers/v1"
 
 Request = tuple[str, Sequence[ImageInput]]
-
-
-class PlaceholderMismatchError(VisionCacheError, ValueError):
-    """A prompt's image placeholders do not match the number of images sent with it."""
 
 
 @dataclass
