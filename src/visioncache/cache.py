@@ -35,7 +35,7 @@ from visioncache.errors import (
 )
 from visioncache.identity import DEFAULT_MAX_IMAGE_BYTES, ImageHasher
 from visioncache.keys import DEFAULT_NAMESPACE, KeyBuilder
-from visioncache.stats import VisionCacheStats, hit_rate
+from visioncache.stats import VisionCacheStats, flatten_level_stats
 from visioncache.store import PutResult, Store
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
@@ -104,7 +104,7 @@ class VisionEmbeddingCache:
         }  # fmt: skip
         self._images_processed = 0
         self._lock = threading.Lock()
-        self._tiers = _build_tiers(tiers)
+        self._tiers = TierChain.from_spec(tiers)
         if self._tiers is not None:
             self._tiers.register_namespace(self._keys.tag, self._keys.namespace)
         self.enabled = enabled
@@ -332,27 +332,15 @@ class VisionEmbeddingCache:
     @property
     def stats(self) -> VisionCacheStats:
         """A snapshot of the reference's counters (hits/misses of the pixel and encoding levels)."""
-        pixel, encoding = self._levels["pixel"].stats(), self._levels["encoding"].stats()
-        return VisionCacheStats(
-            pixel_cache_hits=int(pixel["hits"]),
-            pixel_cache_misses=int(pixel["misses"]),
-            encoding_cache_hits=int(encoding["hits"]),
-            encoding_cache_misses=int(encoding["misses"]),
-            total_time_saved=sum(store.stats()["time_saved"] for store in self._levels.values()),
-            total_images_processed=self._images_processed,
-        )
+        snapshots = {level: store.stats() for level, store in self._levels.items()}
+        return VisionCacheStats.from_levels(snapshots, self._images_processed)
 
     def get_stats(self) -> dict[str, Any]:
         """The reference's stats and sizes, plus per level: hits, misses, hit rate, size, bytes,
         evictions, rejections, single-flight waits, validation failures, images computed."""
-        result: dict[str, Any] = self.stats.to_dict()
-        for level, store in self._levels.items():
-            counters = store.stats()
-            for name, value in counters.items():
-                if name != "time_saved":
-                    result[f"{level}_cache_{name}"] = value
-            result[f"{level}_hit_rate"] = hit_rate(counters["hits"], counters["misses"])
-            result[f"{level}_time_saved"] = counters["time_saved"]
+        snapshots = {level: store.stats() for level, store in self._levels.items()}
+        result: dict[str, Any] = VisionCacheStats.from_levels(snapshots, self._images_processed).to_dict()
+        result.update(flatten_level_stats(snapshots))
         result["embedding_images_encoded"] = result["embedding_cache_computed"]
         if self._tiers is not None:
             result["tiers"] = self._tiers.stats()
@@ -370,13 +358,3 @@ class VisionEmbeddingCache:
         sizes = " ".join(f"{name}={len(self._levels[name])}/{self._levels[name].max_entries}"
                          for name in ("pixel", "pixel_only", "encoding"))  # fmt: skip
         return f"<VisionEmbeddingCache {sizes}>"
-
-
-def _build_tiers(tiers: TierChain | Sequence[Tier] | str | None) -> TierChain | None:
-    if tiers is None or isinstance(tiers, TierChain):
-        return tiers
-    if tiers == "env":
-        return TierChain.from_env()
-    if isinstance(tiers, str):
-        raise ConfigurationError(f"tiers must be a TierChain, a list of tiers, None or 'env'; got {tiers!r}")
-    return TierChain(list(tiers)) if tiers else None

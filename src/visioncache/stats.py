@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
-__all__ = ["VisionCacheStats", "hit_rate"]
+__all__ = ["VisionCacheStats", "flatten_level_stats", "hit_rate"]
+
+LevelSnapshot = Mapping[str, float]
 
 
 def hit_rate(hits: float, misses: float) -> float:
@@ -28,6 +32,19 @@ class VisionCacheStats:
     total_time_saved: float = 0.0
     total_images_processed: int = 0
 
+    @classmethod
+    def from_levels(cls, levels: Mapping[str, LevelSnapshot], images_processed: int) -> VisionCacheStats:
+        """The reference's counters from snapshots of every level's `Store.stats()`."""
+        pixel, encoding = levels["pixel"], levels["encoding"]
+        return cls(
+            pixel_cache_hits=int(pixel["hits"]),
+            pixel_cache_misses=int(pixel["misses"]),
+            encoding_cache_hits=int(encoding["hits"]),
+            encoding_cache_misses=int(encoding["misses"]),
+            total_time_saved=sum(level["time_saved"] for level in levels.values()),
+            total_images_processed=images_processed,
+        )
+
     @property
     def pixel_hit_rate(self) -> float:
         return hit_rate(self.pixel_cache_hits, self.pixel_cache_misses)
@@ -43,3 +60,15 @@ class VisionCacheStats:
             "pixel_hit_rate": self.pixel_hit_rate,
             "encoding_hit_rate": self.encoding_hit_rate,
         }
+
+
+def flatten_level_stats(levels: Mapping[str, LevelSnapshot]) -> dict[str, Any]:
+    """``{level}_cache_{counter}``, ``{level}_hit_rate`` and ``{level}_time_saved`` for each level."""
+    result: dict[str, Any] = {}
+    for level, counters in levels.items():
+        for name, value in counters.items():
+            if name != "time_saved":
+                result[f"{level}_cache_{name}"] = value
+        result[f"{level}_hit_rate"] = hit_rate(counters["hits"], counters["misses"])
+        result[f"{level}_time_saved"] = counters["time_saved"]
+    return result

@@ -143,3 +143,10 @@ def test_tiers_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv("VISIONCACHE_DISK_DIR")
     assert VisionEmbeddingCache().tiers is None
     assert VisionEmbeddingCache(tiers=None).tiers is None
+
+
+def test_unknown_tiers_setting_is_a_configuration_error() -> None:
+    from visioncache import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="tiers must be"):
+        VisionEmbeddingCache(tiers="redis")

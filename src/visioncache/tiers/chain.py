@@ -169,6 +169,18 @@ class TierChain:
                 logger.warning("tier %s: close failed: %r", tier.name, error)
 
     @classmethod
+    def from_spec(cls, spec: TierChain | Sequence[Tier] | str | None) -> TierChain | None:
+        """A chain from what `VisionEmbeddingCache(tiers=...)` accepts: a chain, a list of tiers,
+        None (memory only), or ``"env"`` (`from_env`)."""
+        if spec is None or isinstance(spec, TierChain):
+            return spec
+        if spec == "env":
+            return cls.from_env()
+        if isinstance(spec, str):
+            raise ConfigurationError(f"tiers must be a TierChain, a list of tiers, None or 'env': {spec!r}")
+        return cls(list(spec)) if spec else None
+
+    @classmethod
     def from_env(
         cls, prefix: str = "VISIONCACHE_", environ: Mapping[str, str] | None = None
     ) -> TierChain | None:
