@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tests.conftest import encode_image, random_image
 from visioncache import VisionEmbeddingCache
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
+from visioncache.tiers.memory import MemoryTier
 from visioncache.tiers.redis import RedisTier
 
 
@@ -39,6 +41,7 @@ def test_second_cache_on_the_same_disk_hits_without_encoding(tmp_path: Path) -> 
     batch = images(3)
     first, encoder = VisionEmbeddingCache(tiers=[DiskTier(tmp_path)]), CountingEncoder()
     expected = first.encode_images(batch, encoder)
+    assert first.tiers is not None and first.tiers.flush(timeout=30)  # writes go down in the background
     second, fresh = VisionEmbeddingCache(tiers=[DiskTier(tmp_path)]), CountingEncoder()
     got = second.encode_images(batch, fresh)
     assert fresh.encoded == 0 and encoder.encoded == 3
@@ -75,6 +78,7 @@ def test_pixel_levels_use_the_tiers_too(tmp_path: Path) -> None:
     first = VisionEmbeddingCache(tiers=[DiskTier(tmp_path)])
     first.set_pixel_cache(image, "prompt", np.ones((4, 3), np.float32), np.arange(5), processing_time=0.2)
     first.set_pixel_values(image, np.zeros((4, 3), np.float32), image_grid_thw=np.array([[1, 2, 2]]))
+    assert first.tiers is not None and first.tiers.flush(timeout=30)
     second = VisionEmbeddingCache(tiers=[DiskTier(tmp_path)])
     entry = second.get_pixel_cache(image, "prompt")
     assert entry is not None and np.array_equal(entry.input_ids, np.arange(5))
@@ -87,7 +91,9 @@ def test_pixel_levels_use_the_tiers_too(tmp_path: Path) -> None:
 def test_corrupt_disk_entry_gives_no_wrong_result(tmp_path: Path) -> None:
     batch = images(2)
     # 64 KiB values: diskcache keeps values this large in files of their own.
-    VisionEmbeddingCache(tiers=[DiskTier(tmp_path)]).encode_images(batch, CountingEncoder(rows=4096))
+    writer = VisionEmbeddingCache(tiers=[DiskTier(tmp_path)])
+    writer.encode_images(batch, CountingEncoder(rows=4096))
+    assert writer.tiers is not None and writer.tiers.flush(timeout=30)
     blobs = list(tmp_path.rglob("*.val"))
     assert len(blobs) == 2
     for blob in blobs:
@@ -107,7 +113,9 @@ def test_namespaces_sharing_a_redis_server_never_see_each_other(redis_server: An
         tier = RedisTier(redis_server.url, key_prefix=redis_prefix)
         return VisionEmbeddingCache(namespace=namespace, salt=salt, tiers=[tier])
 
-    cache("model-a").encode_images(batch, CountingEncoder())
+    first = cache("model-a")
+    first.encode_images(batch, CountingEncoder())
+    assert first.tiers is not None and first.tiers.flush(timeout=30)
     for other in (cache("model-b"), cache("model-a", salt="tenant-2")):
         encoder = CountingEncoder()
         other.encode_images(batch, encoder)
@@ -150,3 +158,37 @@ def test_unknown_tiers_setting_is_a_configuration_error() -> None:
 
     with pytest.raises(ConfigurationError, match="tiers must be"):
         VisionEmbeddingCache(tiers="redis")
+
+
+class BlockingTier(MemoryTier):
+    """A tier whose writes wait until the test lets them through."""
+
+    def __init__(self) -> None:
+        super().__init__(max_bytes=None, name="blocking")
+        self.release = threading.Event()
+
+    def put(self, key: str, blob: bytes) -> None:
+        self.release.wait(timeout=30)
+        super().put(key, blob)
+
+
+def test_a_slow_tier_does_not_hold_up_the_request() -> None:
+    tier = BlockingTier()
+    cache = VisionEmbeddingCache(tiers=[tier])
+    values = cache.encode_images(images(2), CountingEncoder())  # returns while the tier's put waits
+    assert len(values) == 2 and cache.tiers is not None
+    assert cache.get_stats()["tiers"]["chain"]["writes_pending"] >= 1
+    tier.release.set()
+    assert cache.tiers.flush(timeout=30)
+    assert cache.get_stats()["tiers"]["blocking"]["writes"] == 2
+
+
+def test_a_full_write_queue_drops_and_counts_writes() -> None:
+    tier = BlockingTier()
+    cache = VisionEmbeddingCache(tiers=TierChain([tier], write_queue=2))
+    cache.encode_images(images(6), CountingEncoder())
+    stats = cache.get_stats()["tiers"]["chain"]
+    assert stats["writes_dropped"] >= 3  # one in the writer's hands, two queued, the rest dropped
+    tier.release.set()
+    assert cache.tiers is not None and cache.tiers.flush(timeout=30)
+    assert cache.get_stats()["embedding_cache_size"] == 6  # memory kept every value

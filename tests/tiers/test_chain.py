@@ -112,10 +112,12 @@ def test_register_namespace_writes_a_readable_record_once() -> None:
     tier = MemoryTier(2**20)
     chain = TierChain([tier])
     chain.register_namespace("0123456789abcdef", "qwen2-vl-2b/processor-v1")
+    assert chain.flush(timeout=30)  # written in the background
     record = tier.get(NAMESPACE_PREFIX + "0123456789abcdef")
     assert record is not None and namespace_name(record) == "qwen2-vl-2b/processor-v1"
     tier.delete(NAMESPACE_PREFIX + "0123456789abcdef")
     chain.register_namespace("0123456789abcdef", "qwen2-vl-2b/processor-v1")
+    assert chain.flush(timeout=30)
     assert not tier.contains(NAMESPACE_PREFIX + "0123456789abcdef")  # once per process
     assert namespace_name(b"not json") is None
 

@@ -25,6 +25,7 @@ def fill(tier: Tier) -> tuple[KeyBuilder, KeyBuilder]:
     for index in range(3):
         chain.save(first.key("embedding", [bytes([index]) * 32]), np.zeros(1000, np.float32))
     chain.save(second.key("pixel_only", [bytes(32)]), np.zeros(10, np.float32))
+    assert chain.flush(timeout=30)  # namespace records are written in the background
     return first, second
 
 

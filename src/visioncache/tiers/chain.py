@@ -19,12 +19,14 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from visioncache.errors import ConfigurationError, CorruptEntryError, UnserializableValueError
 from visioncache.serialization import dumps, loads
 from visioncache.tiers.base import Tier
 from visioncache.tiers.disk import DiskTier
+from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter
 from visioncache.values import parse_byte_size
 
 __all__ = ["NAMESPACE_PREFIX", "TierChain", "namespace_name"]
@@ -44,10 +46,20 @@ def namespace_name(record: bytes) -> str | None:
     return name if isinstance(name, str) else None
 
 
-class TierChain:
-    """Tiers tried in order; ``secret`` (bytes) makes every blob HMAC-signed and checked."""
+DEFAULT_WRITE_QUEUE = 64
 
-    def __init__(self, tiers: Sequence[Tier], *, secret: bytes | None = None) -> None:
+
+class TierChain:
+    """Tiers tried in order; ``secret`` (bytes) makes every blob HMAC-signed and checked.
+
+    `save_entry` (what the cache calls) writes in the background through a queue of
+    ``write_queue`` entries (`tiers.writer`); ``write_queue=0`` writes on the caller's thread.
+    `save` always writes on the caller's thread.
+    """
+
+    def __init__(
+        self, tiers: Sequence[Tier], *, secret: bytes | None = None, write_queue: int = DEFAULT_WRITE_QUEUE
+    ) -> None:
         names = [tier.name for tier in tiers]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"tier names must be unique, got {names}")
@@ -59,6 +71,9 @@ class TierChain:
         self._counts = {tier.name: dict.fromkeys(_COUNTERS, 0) for tier in self.tiers}
         self._unserializable = 0
         self._registered: set[str] = set()
+        if write_queue < 0:
+            raise ConfigurationError(f"write_queue must be >= 0, got {write_queue}")
+        self._writer = BackgroundWriter(write_queue) if write_queue else None
 
     def _count(self, tier: Tier, counter: str) -> None:
         with self._lock:  # `+=` on a dict item is not atomic across threads
@@ -120,17 +135,34 @@ class TierChain:
         return envelope["value"], float(cost) if isinstance(cost, int | float) else 0.0
 
     def save_entry(self, key: str, value: object, cost: float) -> bool:
-        """`save` a cache entry with its cost, so a hit after promotion still counts time saved."""
+        """Store a cache entry with its cost (so a hit after promotion still counts time saved):
+        queued for the background writer, or written now without one. False if not stored."""
+        if self._writer is not None:
+            return self._writer.submit(partial(self._save_entry_now, key, value, cost))
+        return self._save_entry_now(key, value, cost)
+
+    def _save_entry_now(self, key: str, value: object, cost: float) -> bool:
         return self.save(key, {"value": value, "cost": float(cost)})
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for queued background writes; False if ``timeout`` seconds passed first."""
+        return self._writer.flush(timeout) if self._writer is not None else True
+
     def register_namespace(self, tag: str, name: str) -> None:
-        """Record once per process that ``tag`` stands for namespace ``name`` (for `stats`)."""
+        """Record once per process that ``tag`` stands for namespace ``name`` (for `stats`);
+        in the background when the chain has a writer, so a slow tier cannot delay start-up."""
         if tag in self._registered:
             return
+        self._registered.add(tag)
+        if self._writer is not None:
+            self._writer.submit(partial(self._register_now, tag, name))
+        else:
+            self._register_now(tag, name)
+
+    def _register_now(self, tag: str, name: str) -> None:
         record = json.dumps({"tag": tag, "name": name}).encode()
         for tier in self.tiers:
             self._call(tier, "put", NAMESPACE_PREFIX + tag, record)
-        self._registered.add(tag)
 
     def _call(self, tier: Tier, method: str, key: str, *args: bytes) -> bool:
         """Call ``tier.<method>(key, *args)``; on an exception count it and return False."""
@@ -157,11 +189,19 @@ class TierChain:
                 own = {}
             with self._lock:
                 result[tier.name] = {**own, **self._counts[tier.name]}
+        writer = self._writer
         with self._lock:
-            result["chain"] = {"unserializable": self._unserializable}
+            result["chain"] = {
+                "unserializable": self._unserializable,
+                "writes_pending": writer.pending if writer is not None else 0,
+                "writes_dropped": writer.dropped if writer is not None else 0,
+            }
         return result
 
     def close(self) -> None:
+        """Flush queued writes (up to the exit flush time), then close every tier."""
+        if self._writer is not None and not self._writer.flush(EXIT_FLUSH_SECONDS):
+            logger.warning("closing tiers with %d writes still queued", self._writer.pending)
         for tier in self.tiers:
             try:
                 tier.close()
@@ -196,6 +236,8 @@ class TierChain:
         ``{prefix}REDIS_TIMEOUT``: per-operation timeout in seconds (default 0.25).
         ``{prefix}REDIS_RETRY_INTERVAL``: seconds a failed Redis tier is skipped (default 5).
         ``{prefix}HMAC_SECRET``: sign and check every blob with HMAC-SHA256 under this secret.
+        ``{prefix}WRITE_QUEUE``: background writes queued at most (default 64; 0: write on the
+        caller's thread).
         """
         env = os.environ if environ is None else environ
 
@@ -235,4 +277,5 @@ class TierChain:
         if not tiers:
             return None
         secret = setting("HMAC_SECRET")
-        return cls(tiers, secret=None if secret is None else secret.encode())
+        write_queue = int(number("WRITE_QUEUE", DEFAULT_WRITE_QUEUE))
+        return cls(tiers, secret=None if secret is None else secret.encode(), write_queue=write_queue)
