@@ -70,3 +70,23 @@ def test_real_cache_scrapes() -> None:
     registry = CollectorRegistry()
     register_metrics(cache, registry)
     assert registry.get_sample_value("visioncache_cache_misses_total", {"level": "pixel"}) == 0
+
+
+def test_write_path_metrics_from_a_real_cache() -> None:
+    import numpy as np
+
+    from tests.conftest import encode_image, random_image
+    from visioncache import VisionEmbeddingCache
+    from visioncache.tiers.memory import MemoryTier
+
+    cache, registry = VisionEmbeddingCache(tiers=[MemoryTier(None)]), CollectorRegistry()
+    register_metrics(cache, registry)
+    cache.encode_images([encode_image(random_image(1))], lambda images: [{"handle": object()}])
+    cache.encode_images([encode_image(random_image(2))], lambda images: [np.zeros(3)])
+    assert cache.tiers is not None and cache.tiers.flush(timeout=30)
+    sample = registry.get_sample_value
+    assert sample("visioncache_tier_unserializable_total") == 1  # an object() cannot be stored
+    assert sample("visioncache_tier_writes_pending") == 0
+    assert sample("visioncache_tier_writes_total", {"tier": "memory"}) == 1
+    assert sample("visioncache_cache_entries", {"level": "embedding"}) == 2
+    assert sample("visioncache_tier_writes_dropped_total") == 0

@@ -40,6 +40,13 @@ _TIER_METRICS: tuple[_Spec, ...] = (
     ("tier_bytes", "bytes", "Bytes a shared tier holds", "gauge"),
 )
 
+# (stats key under tiers["chain"], kind, help)
+_CHAIN_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("writes_pending", "gauge", "Background tier writes queued"),
+    ("writes_dropped", "counter", "Background tier writes dropped because the queue was full"),
+    ("unserializable", "counter", "Values not written to shared tiers because they cannot be serialised"),
+)
+
 
 class StatsSource(Protocol):
     def get_stats(self) -> Mapping[str, Any]: ...
@@ -71,8 +78,20 @@ class VisionCacheCollector(Collector):
             )
         tiers = stats.get("tiers")
         if isinstance(tiers, Mapping):
-            rows = {str(name): counts for name, counts in tiers.items() if isinstance(counts, Mapping)}
+            rows = {str(name): counts for name, counts in tiers.items()
+                    if isinstance(counts, Mapping) and name != "chain"}  # fmt: skip
             yield from self._families(_TIER_METRICS, "tier", rows)
+            chain = tiers.get("chain")
+            if isinstance(chain, Mapping):
+                yield from self._chain_families(chain)
+
+    def _chain_families(self, chain: Mapping[str, Any]) -> Iterator[Metric]:
+        """The write path below memory: background writes queued and dropped, values not storable."""
+        for key, kind, help_text in _CHAIN_METRICS:
+            value = chain.get(key)
+            if _is_number(value):
+                family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+                yield family_type(f"{self._prefix}_tier_{key}", help_text, value=float(value))
 
     def _families(
         self, specs: tuple[_Spec, ...], label: str, rows: Mapping[str, Mapping[str, Any]]
