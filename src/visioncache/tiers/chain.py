@@ -200,7 +200,7 @@ class TierChain:
 
     def close(self) -> None:
         """Flush queued writes (up to the exit flush time), then close every tier."""
-        if self._writer is not None and not self._writer.flush(EXIT_FLUSH_SECONDS):
+        if self._writer is not None and not self._writer.close(EXIT_FLUSH_SECONDS):
             logger.warning("closing tiers with %d writes still queued", self._writer.pending)
         for tier in self.tiers:
             try:

@@ -24,13 +24,14 @@ logger = logging.getLogger(__name__)
 EXIT_FLUSH_SECONDS = 10.0
 
 _Job = Callable[[], object]
+_IDLE_CHECK_SECONDS = 1.0
 
 
 class BackgroundWriter:
     """One daemon thread running submitted write jobs, in order."""
 
     def __init__(self, max_pending: int = 64):
-        self._queue: queue.Queue[_Job] = queue.Queue(maxsize=max_pending)
+        self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=max_pending)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.dropped = 0
@@ -54,18 +55,24 @@ class BackgroundWriter:
             return
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="visioncache-tier-writer", daemon=True)
+                # The thread holds the queue, not the writer: a writer nobody uses any more is
+                # collected, and its thread ends once the queue is empty.
+                self._thread = threading.Thread(
+                    target=_drain,
+                    args=(self._queue, weakref.ref(self)),
+                    name="visioncache-tier-writer",
+                    daemon=True,
+                )
                 self._thread.start()
 
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            try:
-                job()
-            except Exception:  # the chain counts tier errors; anything else must not kill the thread
-                logger.exception("background tier write failed")
-            finally:
-                self._queue.task_done()
+    def close(self, timeout: float | None = None) -> bool:
+        """Flush, then end the thread; False if ``timeout`` passed with writes still queued."""
+        flushed = self.flush(timeout)
+        if self._thread is not None and flushed:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+        return flushed
 
     @property
     def pending(self) -> int:
@@ -81,3 +88,22 @@ class BackgroundWriter:
                     return False
                 self._queue.all_tasks_done.wait(remaining)
         return True
+
+
+def _drain(jobs: queue.Queue[_Job | None], owner: weakref.ref[BackgroundWriter]) -> None:
+    """The writer thread: run jobs in order until closed (None) or until the owner is gone."""
+    while True:
+        try:
+            job = jobs.get(timeout=_IDLE_CHECK_SECONDS)
+        except queue.Empty:
+            if owner() is None:
+                return
+            continue
+        try:
+            if job is None:
+                return
+            job()
+        except Exception:  # the chain counts tier errors; anything else must not kill the thread
+            logger.exception("background tier write failed")
+        finally:
+            jobs.task_done()
