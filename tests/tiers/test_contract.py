@@ -1,4 +1,4 @@
-"""The tier contract, run against every tier: MemoryTier, DiskTier and RedisTier."""
+"""The tier contract, run against every tier: MemoryTier, DiskTier and RedisTier (standalone and cluster)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from visioncache.tiers.memory import MemoryTier
 KEY = "0123456789abcdef/embedding/" + "ab" * 32
 
 
-@pytest.fixture(params=["memory", "disk", "redis"])
+@pytest.fixture(params=["memory", "disk", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)])
 def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
     made: Tier
     if request.param == "memory":
@@ -25,9 +25,10 @@ def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
     else:
         from visioncache.tiers.redis import RedisTier
 
-        server: Any = request.getfixturevalue("redis_server")
+        cluster = request.param == "redis-cluster"
+        server: Any = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
         prefix: str = request.getfixturevalue("redis_prefix")
-        made = RedisTier(server.url, key_prefix=prefix, socket_timeout=2.0)
+        made = RedisTier(server.url, key_prefix=prefix, socket_timeout=2.0, cluster=cluster)
     yield made
     made.close()
 

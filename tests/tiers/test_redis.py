@@ -119,3 +119,15 @@ def test_keys_lists_only_this_prefix(redis_server: Any, redis_prefix: str) -> No
     theirs.put(key(2), b"b")
     assert list(mine.keys()) == [key(1)]
     assert mine.stored_bytes([key(1)]) > 0
+
+
+def test_writes_skipped_by_an_open_breaker_are_not_counted_as_stored() -> None:
+    # Regression: a put skipped by the open breaker used to count as a write and report success.
+    from tests.tiers.conftest import free_port
+
+    tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", retry_interval=60.0)  # nothing listens
+    chain = TierChain([tier])
+    assert chain.save("tag/embedding/" + "00" * 32, np.zeros(4)) is False  # fails, opens the breaker
+    assert chain.save("tag/embedding/" + "11" * 32, np.zeros(4)) is False  # skipped, not tried
+    stats = chain.stats()["redis"]
+    assert (stats["writes"], stats["errors"], stats["skipped"]) == (0, 1, 1)

@@ -26,6 +26,9 @@ def add_parser(subparsers: Any) -> None:
     where.add_argument("--disk", metavar="DIR", help="directory of a disk tier")
     where.add_argument("--redis", metavar="URL", help="redis:// URL of a Redis/Valkey tier")
     parser.add_argument("--prefix", default="visioncache:", help="Redis key prefix (default: visioncache:)")
+    parser.add_argument(
+        "--cluster", action="store_true", help="--redis URL names a node of a Redis Cluster: read every node"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         from visioncache.tiers.redis import RedisTier
 
-        tier = RedisTier(args.redis, key_prefix=args.prefix, socket_timeout=5.0)
-        where = f"redis tier, prefix {args.prefix!r}"
+        cluster: bool = args.cluster
+        tier = RedisTier(args.redis, key_prefix=args.prefix, socket_timeout=5.0, cluster=cluster)
+        where = f"redis {'cluster ' if cluster else ''}tier, prefix {args.prefix!r}"
     try:
         keys = list(tier.keys())
         entry_keys = [key for key in keys if not key.startswith(NAMESPACE_PREFIX)]

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Tier"]
+__all__ = ["Tier", "TierUnavailable"]
+
+
+class TierUnavailable(Exception):
+    """A tier skipped a write without trying it (e.g. its circuit breaker is open).
+
+    Not a failure to count: the tier counts its own skips. The chain only learns that the blob
+    was not stored.
+    """
 
 
 @runtime_checkable
@@ -25,7 +33,8 @@ class Tier(Protocol):
         ...
 
     def put(self, key: str, blob: bytes) -> None:
-        """Store ``blob`` under ``key``, replacing any older one; may evict other keys."""
+        """Store ``blob`` under ``key``, replacing any older one; may evict other keys. Raises
+        `TierUnavailable` when it skips the write without trying."""
         ...
 
     def delete(self, key: str) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from visioncache.errors import ConfigurationError, CorruptEntryError, UnserializableValueError
 from visioncache.serialization import dumps, loads
-from visioncache.tiers.base import Tier
+from visioncache.tiers.base import Tier, TierUnavailable
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter
 from visioncache.values import parse_byte_size
@@ -168,6 +168,8 @@ class TierChain:
         """Call ``tier.<method>(key, *args)``; on an exception count it and return False."""
         try:
             getattr(tier, method)(key, *args)
+        except TierUnavailable:  # skipped without trying; the tier counts its skips
+            return False
         except Exception as error:
             self._record_error(tier, method, error)
             return False

@@ -7,10 +7,17 @@ network (``get`` answers a miss). So a dead or slow server costs at most one tim
 tier back in use. Failures are raised to `TierChain`, which counts them and never lets them
 reach a request. Keys are ``key_prefix + key``; values are stored raw (``SET``, with ``EX`` when
 ``ttl_seconds`` is set) and never decoded here.
+
+With ``cluster=True`` the client is a `redis.cluster.RedisCluster`, created at the first call the
+breaker allows (its constructor connects, so a cluster that is down at start-up costs a counted
+failure, not an exception out of ``__init__``). After a connection error redis-py re-reads the
+slot map from each known node, so in cluster mode a failure costs up to (1 + nodes) timeouts per
+``retry_interval`` rather than one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -18,15 +25,20 @@ from typing import Any, TypeVar
 import redis
 import redis.cluster
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from visioncache.errors import ConfigurationError
+from visioncache.tiers.base import TierUnavailable
 from visioncache.tiers.breaker import CircuitBreaker
 
 __all__ = ["RedisTier"]
 
 _T = TypeVar("_T")
-_FAILURES = (redis.RedisError, OSError)  # ConnectionError and TimeoutError are both RedisError
+# ConnectionError and TimeoutError are both RedisError; RedisClusterException (cluster unreachable,
+# slot not covered) is not.
+_FAILURES = (redis.RedisError, RedisClusterException, OSError)
 _SCAN_BATCH = 1000
 
 
@@ -59,13 +71,25 @@ class RedisTier:
             # Retrying inside the client would multiply the time a dead server costs.
             "retry": Retry(NoBackoff(), 0),
         }
-        # Creating a client does not connect, so a server that is down now does not fail here.
-        self._client: Any = (
-            redis.cluster.RedisCluster.from_url(url, **options)
-            if cluster
-            else redis.Redis.from_url(url, **options)
-        )
+        self._url = url
+        self._options = options
+        self._client_lock = threading.Lock()
+        self._created: Any = None
+        if cluster:
+            parse_url(url)  # type: ignore[no-untyped-call]  # a bad URL fails here, not at first use
+        else:
+            # Creating a client does not connect, so a server that is down now does not fail here.
+            self._created = redis.Redis.from_url(url, **options)
         self._failures = 0
+
+    @property
+    def _client(self) -> Any:
+        """The client; a cluster client is created (which connects) at the first use."""
+        if self._created is None:
+            with self._client_lock:
+                if self._created is None:
+                    self._created = redis.cluster.RedisCluster.from_url(self._url, **self._options)
+        return self._created
 
     def _call(self, operation: Callable[[], _T], skipped: _T) -> _T:
         """Run ``operation`` if the breaker allows, else return ``skipped`` without a network call."""
@@ -85,7 +109,12 @@ class RedisTier:
         return blob
 
     def put(self, key: str, blob: bytes) -> None:
-        self._call(lambda: self._client.set(self.key_prefix + key, blob, ex=self.ttl_seconds), None)
+        def write() -> bool:
+            self._client.set(self.key_prefix + key, blob, ex=self.ttl_seconds)
+            return True
+
+        if not self._call(write, False):  # the breaker is open: nothing was written
+            raise TierUnavailable(f"{self.name}: write skipped while its circuit breaker is open")
 
     def delete(self, key: str) -> None:
         self._call(lambda: self._client.delete(self.key_prefix + key), None)
@@ -115,7 +144,8 @@ class RedisTier:
         }
 
     def close(self) -> None:
-        self._client.close()
+        if self._created is not None:
+            self._created.close()
 
     def __repr__(self) -> str:
         return f"RedisTier(prefix={self.key_prefix!r}, breaker_open={self.breaker.is_open})"
