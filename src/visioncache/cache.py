@@ -129,11 +129,14 @@ class VisionEmbeddingCache:
     # ---- identity ------------------------------------------------------------------------------
     def image_digests(self, images: Sequence[Any]) -> list[bytes]:
         """The content digest of each image, in order; raises a typed error for any bad input."""
-        if isinstance(images, str | bytes | bytearray | memoryview) or not isinstance(images, Sequence):
+        if type(images) not in (list, tuple) and (  # the exact types first: this is the hit path
+            isinstance(images, str | bytes | bytearray | memoryview) or not isinstance(images, Sequence)
+        ):
             raise UnsupportedImageTypeError(
                 f"images must be a list or tuple of image inputs, got {describe_input(images)}"
             )
-        return [self._hasher.digest(image) for image in images]
+        digest = self._hasher.digest
+        return [digest(image) for image in images]
 
     def _key(self, level: str, images: Sequence[Any], prompt: str | None = None) -> str | None:
         digests = self.image_digests(images)

@@ -66,6 +66,8 @@ class ImageHasher:
 
     def digest(self, image: object) -> bytes:
         """The 32-byte digest of one image input; raises a typed error for anything else."""
+        if type(image) is bytes:  # the commonest input first: this is the hit path
+            return self._digest_encoded(image, image)
         if isinstance(image, str):
             return self._digest_string(image)
         if isinstance(image, bytes | bytearray | memoryview):
@@ -99,10 +101,12 @@ class ImageHasher:
 
     def _digest_encoded(self, data: bytes | bytearray | memoryview, original: object) -> bytes:
         size = data.nbytes if isinstance(data, memoryview) else len(data)
-        self._check_size(size, original)
-        if not looks_like_image(bytes(data[:32])):
+        if size > self.max_image_bytes:
+            self._check_size(size, original)
+        if not looks_like_image(data[:32] if type(data) is bytes else bytes(data[:32])):
             raise InvalidImageError(f"not an image file's bytes: {describe_input(original)}")
-        return bytes(blake3(data, key=_ENCODED).digest())
+        digest: bytes = blake3(data, key=_ENCODED).digest()
+        return digest
 
     def _digest_path(self, path: str, original: object) -> bytes:
         try:
