@@ -105,15 +105,19 @@ def test_encode_fn_exception_reaches_caller_and_waiters_and_nothing_is_cached(ma
 
     def failing(images: list[bytes]) -> list[np.ndarray]:
         started.set()
-        time.sleep(0.2)
+        # Fail only once the other thread waits on this encode (deterministic, no sleep race).
+        deadline = time.monotonic() + 30
+        while cache.get_stats()["embedding_cache_singleflight_waits"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
         raise RuntimeError("encoder out of memory")
 
     waiter_error: list[BaseException] = []
+    waiter_encoder = Encoder()
 
     def wait_for_it() -> None:
         started.wait()
         try:
-            cache.encode_images([image], Encoder())
+            cache.encode_images([image], waiter_encoder)
         except RuntimeError as error:
             waiter_error.append(error)
 
@@ -123,6 +127,7 @@ def test_encode_fn_exception_reaches_caller_and_waiters_and_nothing_is_cached(ma
         cache.encode_images([image], failing)
     waiter.join()
     assert [str(e) for e in waiter_error] == ["encoder out of memory"]
+    assert waiter_encoder.calls == []  # the waiter did not encode: it got the owner's error
     assert cache.get_image_embeddings([image]) == [None]
     encoder = Encoder()
     cache.encode_images([image], encoder)  # a later call retries

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -75,17 +74,15 @@ def test_stalled_server_costs_one_timeout_per_interval(
     chain.save(key(0), VALUE)
     os.kill(server.process.pid, signal.SIGSTOP)  # alive but answering nothing
     try:
-        started = time.perf_counter()
         assert all(chain.load(key(0)) is None for _ in range(20))
-        first_interval = time.perf_counter() - started
         clock.now += 5.0
-        started = time.perf_counter()
         assert all(chain.load(key(0)) is None for _ in range(20))
-        second_interval = time.perf_counter() - started
     finally:
         os.kill(server.process.pid, signal.SIGCONT)
-    assert 0.2 <= first_interval < 0.6 and 0.2 <= second_interval < 0.6  # one 0.25 s timeout each
-    assert chain.stats()["redis"]["errors"] == 2
+    # One call per interval reached the server and timed out; the other 38 never touched the
+    # network (counted, not timed: wall-clock asserts would flake on a loaded machine).
+    stats = chain.stats()["redis"]
+    assert (stats["errors"], stats["skipped"]) == (2, 38)
     clock.now += 5.0
     assert np.array_equal(chain.load(key(0)), VALUE)  # used again once it answers
     tier.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -143,14 +142,12 @@ def test_stalled_cluster_costs_one_failure_per_interval(spare_cluster: Any) -> N
     for process in spare_cluster.processes:
         os.kill(process.pid, signal.SIGSTOP)  # alive but answering nothing
     try:
-        started = time.perf_counter()
         assert all(chain.load(key(0)) is None for _ in range(20))
-        elapsed = time.perf_counter() - started
     finally:
         for process in spare_cluster.processes:
             os.kill(process.pid, signal.SIGCONT)
-    # one failed call: its 0.25 s timeout plus redis-py re-reading the slot map from 3 nodes
-    assert elapsed < (1 + 3) * 0.25 + 0.6
+    # One failed call reached the cluster (its timeout plus redis-py re-reading the slot map);
+    # the other 19 never touched the network.
     stats = chain.stats()["redis"]
     assert stats["errors"] == 1 and stats["skipped"] == 19
     clock.now += 5.0
