@@ -22,11 +22,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from visioncache.batching import resolve
-from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
+from visioncache.entries import PixelOnlyCacheEntry
 from visioncache.errors import (
     ConfigurationError,
     EncoderOutputError,
@@ -35,12 +34,13 @@ from visioncache.errors import (
 )
 from visioncache.identity import DEFAULT_MAX_IMAGE_BYTES, ImageHasher
 from visioncache.keys import DEFAULT_NAMESPACE, KeyBuilder
+from visioncache.reference_levels import ReferenceLevels
 from visioncache.stats import VisionCacheStats, flatten_level_stats
 from visioncache.store import PutResult, Store
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.validation import Expectation, batch_validator
-from visioncache.values import copy_containers, parse_byte_size
+from visioncache.values import parse_byte_size
 
 __all__ = ["VisionEmbeddingCache"]
 
@@ -52,7 +52,7 @@ DEFAULT_MAX_EMBEDDING_ENTRIES = 4096
 DEFAULT_MAX_EMBEDDING_BYTES = "2GiB"
 
 
-class VisionEmbeddingCache:
+class VisionEmbeddingCache(ReferenceLevels):
     """Caches image preprocessing and vision-encoder outputs, keyed by image content.
 
     Args keep the reference's names and defaults; the keyword-only ones are new:
@@ -169,71 +169,6 @@ class VisionEmbeddingCache:
         if self._tiers is not None and result is not PutResult.DISABLED:
             self._tiers.save_entry(key, value, cost)
         return result
-
-    # ---- the reference's levels ----------------------------------------------------------------
-    def get_pixel_cache(self, images: Sequence[Any], prompt: str) -> PixelCacheEntry | None:
-        """Processor output cached for these images (in this order) and this prompt."""
-        key = self._key("pixel", images, prompt) if self.enabled else None
-        entry = self._get("pixel", key) if key else None
-        # A copy of the containers: a consumer mutating extra_kwargs cannot reach the cache.
-        return replace(entry, extra_kwargs=copy_containers(entry.extra_kwargs)) if entry else None
-
-    def set_pixel_cache(
-        self,
-        images: Sequence[Any],
-        prompt: str,
-        pixel_values: Any,
-        input_ids: Any,
-        attention_mask: Any | None = None,
-        image_grid_thw: Any | None = None,
-        extra_kwargs: dict[str, Any] | None = None,
-        processing_time: float = 0.0,
-    ) -> None:
-        key = self._key("pixel", images, prompt) if self.enabled else None
-        if key is None:
-            return
-        entry = PixelCacheEntry(pixel_values, input_ids, attention_mask, image_grid_thw,
-                                copy_containers(dict(extra_kwargs or {})), processing_time)  # fmt: skip
-        if self._put("pixel", key, entry, processing_time) is PutResult.INSERTED:
-            with self._lock:
-                self._images_processed += len(images)
-
-    def get_pixel_values(self, images: Sequence[Any]) -> PixelOnlyCacheEntry | None:
-        """Image-processor output cached for these images (prompt-independent)."""
-        key = self._key("pixel_only", images) if self.enabled else None
-        value: PixelOnlyCacheEntry | None = self._get("pixel_only", key) if key else None
-        return value
-
-    def set_pixel_values(
-        self,
-        images: Sequence[Any],
-        pixel_values: Any,
-        image_grid_thw: Any | None = None,
-        processing_time: float = 0.0,
-    ) -> None:
-        key = self._key("pixel_only", images) if self.enabled else None
-        if key is not None:
-            entry = PixelOnlyCacheEntry(pixel_values, image_grid_thw, processing_time)
-            self._put("pixel_only", key, entry, processing_time)
-
-    def get_encoding_cache(self, images: Sequence[Any], prompt: str) -> EncodingCacheEntry | None:
-        key = self._key("encoding", images, prompt) if self.enabled else None
-        value: EncodingCacheEntry | None = self._get("encoding", key) if key else None
-        return value
-
-    def set_encoding_cache(
-        self,
-        images: Sequence[Any],
-        prompt: str,
-        logits: Any,
-        first_token: int,
-        logprobs: Any,
-        encoding_time: float = 0.0,
-    ) -> None:
-        key = self._key("encoding", images, prompt) if self.enabled else None
-        if key is not None:
-            entry = EncodingCacheEntry(logits, first_token, logprobs, encoding_time)
-            self._put("encoding", key, entry, encoding_time)
 
     # ---- per-image levels ----------------------------------------------------------------------
     def get_image_embeddings(self, images: Sequence[Any]) -> list[Any | None]:
