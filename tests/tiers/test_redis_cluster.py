@@ -108,6 +108,9 @@ def test_stats_command_reads_the_whole_cluster(
     assert "namespaces: 2" in output
     assert f"{first.tag}  qwen2-vl/a  20 entries  embedding=20" in output
     assert f"{second.tag}  qwen2-vl/b  1 entries  pixel_only=1" in output
+    # Without --cluster, one node holds only some keys: the command refuses instead of undercounting.
+    assert main(["stats", "--redis", redis_cluster.url, "--prefix", prefix]) == 2
+    assert "add --cluster" in capsys.readouterr().err
     nbytes = int(output.splitlines()[0].split(" entries, ")[1].split(" bytes")[0])
     assert nbytes > 20 * 4000  # MEMORY USAGE summed over every node, not one
 

@@ -59,3 +59,12 @@ def test_missing_directory_is_an_error(tmp_path: Path) -> None:
 
         stats.run(type("Args", (), {"disk": str(tmp_path / "none"), "redis": None})())
     assert main(["stats", "--disk", str(tmp_path / "none")]) == 2
+
+
+def test_unreachable_redis_is_a_message_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.tiers.conftest import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    assert main(["stats", "--redis", url]) == 2
+    error = capsys.readouterr().err
+    assert f"cannot read redis tier {url}" in error and "Traceback" not in error

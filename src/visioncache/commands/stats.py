@@ -44,8 +44,12 @@ def run(args: argparse.Namespace) -> int:
 
         cluster: bool = args.cluster
         tier = RedisTier(args.redis, key_prefix=args.prefix, socket_timeout=5.0, cluster=cluster)
-        where = f"redis {'cluster ' if cluster else ''}tier, prefix {args.prefix!r}"
+        where = f"redis {'cluster ' if cluster else ''}tier {args.redis}, prefix {args.prefix!r}"
     try:
+        if args.redis is not None and not args.cluster and _is_cluster_node(args.redis):
+            raise ConfigurationError(
+                f"--redis {args.redis!r} is a node of a Redis Cluster: add --cluster to read every node"
+            )
         keys = list(tier.keys())
         entry_keys = [key for key in keys if not key.startswith(NAMESPACE_PREFIX)]
         nbytes = tier.stats()["bytes"] if args.disk is not None else tier.stored_bytes(entry_keys)
@@ -54,10 +58,25 @@ def run(args: argparse.Namespace) -> int:
             if key.startswith(NAMESPACE_PREFIX):
                 record = tier.get(key)
                 names[key[len(NAMESPACE_PREFIX) :]] = namespace_name(record) if record else None
+    except ConfigurationError:
+        raise
+    except Exception as error:  # an unreachable server or unreadable tier: a message, not a traceback
+        raise ConfigurationError(f"cannot read {where}: {error}") from None
     finally:
         tier.close()
     print(format_summary(where, entry_keys, int(nbytes), names))
     return 0
+
+
+def _is_cluster_node(url: str) -> bool:
+    """Whether the server at ``url`` runs in cluster mode (then one node holds only some keys)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
+    try:
+        return bool(client.info("cluster").get("cluster_enabled"))
+    finally:
+        client.close()
 
 
 def format_summary(where: str, keys: list[str], nbytes: int, names: dict[str, str | None]) -> str:
