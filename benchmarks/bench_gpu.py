@@ -70,22 +70,9 @@ def build_tower(family: str, size: str, dtype: torch.dtype, device: torch.device
 
 def photo_jpegs(count: int, size: tuple[int, int] = (1024, 768)) -> list[bytes]:
     """``count`` distinct JPEGs of ``size``: real photos (matplotlib, scikit-image) shifted and tinted."""
-    sources: list[Image.Image] = []
-    try:
-        import matplotlib
+    from visioncache.bench.workload import sample_photos
 
-        sources.append(Image.open(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"))
-    except ImportError:
-        pass
-    try:
-        from skimage import data
-
-        sources += [Image.fromarray(getattr(data, name)()) for name in ("astronaut", "coffee", "chelsea")]
-    except ImportError:
-        pass
-    if not sources:  # no sample photos installed: smooth generated images
-        grid = np.linspace(0, 255, size[0] * size[1] * 3).reshape(size[1], size[0], 3)
-        sources.append(Image.fromarray(grid.astype(np.uint8)))
+    sources = [Image.fromarray(array) for _, array in sample_photos()]
     jpegs = []
     for index in range(count):
         photo = sources[index % len(sources)].convert("RGB").resize(size, Image.Resampling.BICUBIC)

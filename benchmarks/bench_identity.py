@@ -31,9 +31,9 @@ from _timing import interleaved_medians, print_table
 
 def photo_jpeg(target_bytes: int = 1_000_000) -> bytes:
     """A real photo (matplotlib's Grace Hopper) upscaled to a JPEG of about ``target_bytes``."""
-    import matplotlib
+    from visioncache.bench.workload import sample_photos
 
-    photo = Image.open(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg").convert("RGB")
+    photo = Image.fromarray(sample_photos()[0][1])
     scale = 1.0
     while True:
         size = (int(photo.width * scale), int(photo.height * scale))

@@ -11,9 +11,28 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REDIS_SERVER = shutil.which("redis-server")
+# A value and keys for the Redis tests.
+VALUE = np.arange(1000, dtype=np.float16)
+
+
+class FakeClock:
+    """A clock the breaker tests move by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def key(index: int) -> str:
+    return f"0123456789abcdef/embedding/{index:064x}"
+
+
 REDIS_CLI = shutil.which("redis-cli")
 
 

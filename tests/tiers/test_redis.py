@@ -11,23 +11,10 @@ import numpy as np
 import pytest
 import redis
 
+from tests.tiers.conftest import VALUE, FakeClock, key
 from visioncache.keys import KeyBuilder
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.redis import RedisTier
-
-VALUE = np.arange(1000, dtype=np.float16)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def key(index: int) -> str:
-    return f"0123456789abcdef/embedding/{index:064x}"
 
 
 @pytest.mark.slow

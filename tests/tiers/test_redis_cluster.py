@@ -13,26 +13,12 @@ import pytest
 import redis
 
 from tests.conftest import encode_image, random_image
-from tests.tiers.conftest import free_port
+from tests.tiers.conftest import VALUE, FakeClock, free_port, key
 from visioncache import VisionEmbeddingCache
 from visioncache.cli import main
 from visioncache.keys import KeyBuilder
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.redis import RedisTier
-
-VALUE = np.arange(1000, dtype=np.float16)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def key(index: int) -> str:
-    return f"0123456789abcdef/embedding/{index:064x}"
 
 
 def unique_prefix() -> str:

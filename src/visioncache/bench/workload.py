@@ -79,7 +79,8 @@ class Workload:
         return len({index for request in self.requests for index in request.image_indexes})
 
 
-def _photos() -> list[tuple[str, np.ndarray]]:
+def sample_photos() -> list[tuple[str, np.ndarray]]:
+    """The real photos shipped by matplotlib and scikit-image, as (name, RGB array)."""
     import matplotlib.cbook
     import skimage.data
 
@@ -116,7 +117,7 @@ def sample_images(image_size: int, generated_images: int, seed: int = 0) -> list
     """(name, data URL) of the four shipped photos and ``generated_images`` generated ones,
     each resized so that its longest side is ``image_size`` pixels."""
     rng = np.random.default_rng(seed)
-    arrays = _photos() + [(f"generated_{i}", _generated(i, rng)) for i in range(generated_images)]
+    arrays = sample_photos() + [(f"generated_{i}", _generated(i, rng)) for i in range(generated_images)]
     return [(name, _data_url(array, image_size)) for name, array in arrays]
 
 
