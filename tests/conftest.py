@@ -57,3 +57,11 @@ def settled_file(tmp_path: Path) -> Callable[[bytes, str], Path]:
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _no_visioncache_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never see a developer's VISIONCACHE_* settings (e.g. a real Redis URL)."""
+    for name in list(os.environ):
+        if name.startswith("VISIONCACHE_"):
+            monkeypatch.delenv(name)

@@ -65,9 +65,8 @@ class VisionEmbeddingCache(ReferenceLevels):
         max_embedding_entries: entry bound of the embedding level (default 4096).
         max_image_bytes: larger image inputs raise `ImageTooLargeError` (default ``"256MiB"``).
         tiers: shared tiers below memory (read on a miss and promoted, written on every store):
-            a `TierChain`, a list of tiers, None for memory only, or ``"env"`` (the default) to
-            build them from ``VISIONCACHE_*`` environment variables (see `TierChain.from_env`;
-            none set means memory only).
+            a `TierChain`, a list of tiers, None (the default) for memory only, or ``"env"`` to
+            build them from ``VISIONCACHE_*`` environment variables (see `from_env`).
     """
 
     def __init__(
@@ -83,7 +82,7 @@ class VisionEmbeddingCache(ReferenceLevels):
         max_embedding_entries: int | None = DEFAULT_MAX_EMBEDDING_ENTRIES,
         max_embedding_bytes: ByteSize = DEFAULT_MAX_EMBEDDING_BYTES,
         max_image_bytes: int | str = DEFAULT_MAX_IMAGE_BYTES,
-        tiers: TierChain | Sequence[Tier] | str | None = "env",
+        tiers: TierChain | Sequence[Tier] | str | None = None,
     ):
         for name, value in (("max_pixel_entries", max_pixel_entries),
                             ("max_encoding_entries", max_encoding_entries),
@@ -108,6 +107,12 @@ class VisionEmbeddingCache(ReferenceLevels):
         if self._tiers is not None:
             self._tiers.register_namespace(self._keys.tag, self._keys.namespace)
         self.enabled = enabled
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> VisionEmbeddingCache:
+        """A cache whose tiers come from ``VISIONCACHE_*`` environment variables (see
+        `TierChain.from_env`; none set means memory only); other arguments as the constructor's."""
+        return cls(tiers="env", **kwargs)
 
     # ---- configuration -------------------------------------------------------------------------
     @property

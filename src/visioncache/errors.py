@@ -11,6 +11,7 @@ __all__ = [
     "CorruptEntryError",
     "EncoderOutputError",
     "ImageTooLargeError",
+    "InvalidArgumentError",
     "InvalidImageError",
     "PlaceholderMismatchError",
     "UnserializableValueError",
@@ -25,6 +26,11 @@ _PREVIEW_CHARS = 80
 
 class VisionCacheError(Exception):
     """Base class of every error visioncache raises on purpose."""
+
+
+class InvalidArgumentError(VisionCacheError, ValueError):
+    """The caller passed an argument with the right type but a wrong value (e.g. an ``expect=``
+    list whose length does not match the images). The caller's mistake, not the encoder's."""
 
 
 class InvalidImageError(VisionCacheError, ValueError):

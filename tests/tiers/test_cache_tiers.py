@@ -146,10 +146,11 @@ def test_redis_killed_mid_run_fails_no_request(redis_process_factory: Any) -> No
 def test_tiers_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VISIONCACHE_DISK_DIR", str(tmp_path))
     monkeypatch.setenv("VISIONCACHE_DISK_MAX_BYTES", "64MiB")
-    cache = VisionEmbeddingCache()
+    assert VisionEmbeddingCache().tiers is None  # the environment is read only when asked
+    cache = VisionEmbeddingCache.from_env()
     assert cache.tiers is not None and [tier.name for tier in cache.tiers.tiers] == ["disk"]
     monkeypatch.delenv("VISIONCACHE_DISK_DIR")
-    assert VisionEmbeddingCache().tiers is None
+    assert VisionEmbeddingCache.from_env().tiers is None
     assert VisionEmbeddingCache(tiers=None).tiers is None
 
 
