@@ -113,10 +113,13 @@ def test_unchanged_path_is_not_reread(settled_file, make_png, monkeypatch):
     path = settled_file(make_png(5))
     first = hasher.digest(str(path))
     opened = []
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
+    real_open = os.open
+    monkeypatch.setattr("os.open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
     assert hasher.digest(str(path)) == first
     assert opened == []
+    hasher.path_memo.clear()  # the spy sees reads: after clearing the memo the file is read again
+    assert hasher.digest(str(path)) == first
+    assert len(opened) == 1
 
 
 def test_edited_file_is_never_served_stale(settled_file, make_png):
@@ -153,8 +156,9 @@ def test_recently_written_file_is_not_memoised(tmp_path: Path, make_png):
         ("data:image/png;base64,@@@@", InvalidImageError, "corrupt base64"),
         ("data:image/png;base64,abc", InvalidImageError, "corrupt base64"),
         ("data:image/png;base64" + "A" * 400, InvalidImageError, "malformed data: URL"),
-        (b"this is not an image at all", InvalidImageError, "not an image"),
-        (b"", InvalidImageError, "not an image"),
+        (b"", InvalidImageError, "empty content"),
+        ("data:image/png;base64,", InvalidImageError, "empty content"),
+        ("", InvalidImageError, "ContentId"),
         (12345, UnsupportedImageTypeError, "int"),
         (None, UnsupportedImageTypeError, "NoneType"),
         (np.array([], dtype=np.uint8), InvalidImageError, "non-empty"),
@@ -167,15 +171,10 @@ def test_bad_input_raises_typed_error_naming_the_input(image, error, fragment):
     assert fragment in str(raised.value)
 
 
-def test_data_url_of_non_image_bytes_is_rejected():
-    with pytest.raises(InvalidImageError, match="does not hold an image"):
-        compute_image_hash(data_url(b"plain text, base64-encoded"))
-
-
 def test_long_input_is_truncated_in_the_message():
     with pytest.raises(InvalidImageError) as raised:
         compute_image_hash("x" * 5000)
-    assert len(str(raised.value)) < 300
+    assert "x" * 81 not in str(raised.value) and "5000 chars" in str(raised.value)
 
 
 def test_bad_input_errors_are_value_or_type_errors():

@@ -1,16 +1,24 @@
-"""Image identity: a framed, domain-separated blake3 digest of each image's content.
+"""Input identity: a framed, domain-separated blake3 digest of each input's content.
 
-Every accepted input kind hashes under its own domain tag, and every variable-length field is
-length-prefixed, so inputs of different kinds, shapes, dtypes or modes cannot share bytes-to-hash
-(DESIGN.md principle 1). Encoded image bytes hash the same whether they arrive as a file path, as
-bytes or as a ``data:`` URL. An http(s) URL is hashed as a name in its own domain: it does not
-contain the image, so a cache keyed by it trusts the server to keep the URL's content unchanged.
+Content is content: an existing regular file, a bytes-like object, a ``data:`` URL, or a string of
+strict base64 whose bytes start a known image, video or audio container, is identified by its
+bytes, whatever their format, and the same bytes get one digest in every form. Decoded pixels (a
+PIL image, a numpy array) hash with their mode or dtype and shape; an http(s) URL is hashed as a
+name (it does not contain the content, so a cache keyed by it trusts the server not to change it);
+a `ContentId` is the caller's own identifier. Each of these kinds hashes in blake3's keyed mode
+under its own key, and variable-length fields are framed, so no two kinds, shapes, dtypes or
+modes share bytes-to-hash (DESIGN.md principle 1). A string that is none of these is refused: a
+mistyped file name must fail loudly, never be hashed as if it were content.
+
+Work is bounded: sizes are checked before reading or decoding, files are opened without blocking
+and read to at most ``max_image_bytes + 1`` bytes, and only regular files are read.
 """
 
 from __future__ import annotations
 
 import binascii
 import os
+import stat
 import struct
 import sys
 from typing import Any
@@ -20,141 +28,203 @@ import numpy as np
 import pybase64
 from blake3 import blake3
 
+from visioncache.content_id import ContentId
 from visioncache.errors import (
     ImageTooLargeError,
     InvalidImageError,
     UnsupportedImageTypeError,
     describe_input,
 )
+from visioncache.framing import domain_key, frame
 from visioncache.path_memo import PathDigestMemo
-from visioncache.sniff import looks_like_image
+from visioncache.pil_identity import pil_digest
+from visioncache.sniff import SNIFF_BYTES, media_kind
 
-__all__ = ["DEFAULT_MAX_IMAGE_BYTES", "DIGEST_SIZE", "ImageHasher", "frame"]
+__all__ = ["ACCEPTED_INPUTS", "DEFAULT_MAX_IMAGE_BYTES", "DIGEST_SIZE", "ImageHasher", "frame"]
 
 DIGEST_SIZE = 32  # bytes: 256-bit blake3, never truncated
 DEFAULT_MAX_IMAGE_BYTES = 256 * 2**20
+ACCEPTED_INPUTS = (
+    "a path (str or os.PathLike) of an existing regular file, an http(s) URL (hashed as a name), "
+    "a data: URL, a str of strict base64 of an image, video or audio file, bytes, bytearray, "
+    "a contiguous memoryview, a PIL image, a numpy array, or visioncache.ContentId('...') "
+    "for an identifier you already have"
+)
 
-
-def _domain_key(domain: str) -> bytes:
-    return bytes(blake3(domain.encode()).digest())
-
-
-# Each input kind hashes in blake3's keyed mode under its own key: domain separation without a
-# data prefix, so encoded bytes stay aligned to blake3's 1 KiB chunks and hash at full SIMD speed.
-_ENCODED = _domain_key("visioncache/image/encoded-bytes/v1")
-_PIL = _domain_key("visioncache/image/pil/v1")
-_ARRAY = _domain_key("visioncache/image/ndarray/v1")
-_URL = _domain_key("visioncache/image/url/v1")
+# Keyed mode, one key per input kind: domain separation without a data prefix, so content stays
+# aligned to blake3's 1 KiB chunks and hashes at full SIMD speed. The content key keeps its v1 name
+# so digests of content stored before media other than images were accepted stay valid.
+_CONTENT = domain_key("visioncache/image/encoded-bytes/v1")
+_ARRAY = domain_key("visioncache/image/ndarray/v1")
+_URL = domain_key("visioncache/image/url/v1")
+_CONTENT_ID = domain_key("visioncache/content-id/v1")
 # base64 is decoded and hashed in slices of this many characters: the slices stay in the CPU
-# cache (cheaper than copying a 1.5 MB payload out of its URL first), and each decodes to
+# cache (cheaper than copying a 1.5 MB payload out of its string first), and each decodes to
 # 48 KiB, a whole number of blake3's 1 KiB chunks.
 _BASE64_SLICE = 1 << 16
+_SNIFF_CHARS = (SNIFF_BYTES + 2) // 3 * 4  # base64 characters holding the first SNIFF_BYTES bytes
 _MAX_DATA_URL_HEADER = 256
-
-
-def frame(data: bytes) -> bytes:
-    """Length-prefix a field so that concatenated fields can be split in only one way."""
-    return struct.pack("<Q", len(data)) + data
+# The kernel refuses longer names (ENAMETOOLONG), so a longer string cannot name a file and is
+# not stat'ed: a 1 MB base64 string would otherwise be copied to a file-system name first.
+_MAX_PATH_CHARS = 4096 if os.name == "posix" else 32767
+_OPEN_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+_READ_CHUNK = 1 << 20
 
 
 class ImageHasher:
-    """Digests image inputs; one instance per cache (it owns the path memo and the size limit)."""
+    """Digests inputs; one instance per cache (it owns the path memo and the size limit)."""
 
     def __init__(self, max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES, memo_entries: int = 4096):
         self.max_image_bytes = max_image_bytes
         self.path_memo = PathDigestMemo(memo_entries)
 
     def digest(self, image: object) -> bytes:
-        """The 32-byte digest of one image input; raises a typed error for anything else."""
+        """The 32-byte digest of one input; raises a typed error for anything else."""
         if type(image) is bytes:  # the commonest input first: this is the hit path
-            return self._digest_encoded(image, image)
+            return self._digest_content(image, image)
         if isinstance(image, str):
             return self._digest_string(image)
-        if isinstance(image, bytes | bytearray | memoryview):
-            return self._digest_encoded(image, image)
+        if isinstance(image, bytes | bytearray):
+            return self._digest_content(image, image)
+        if isinstance(image, memoryview):
+            return self._digest_memoryview(image)
+        if isinstance(image, ContentId):
+            digest: bytes = blake3(image.value.encode("utf-8", "surrogatepass"), key=_CONTENT_ID).digest()
+            return digest
         if isinstance(image, os.PathLike):
-            return self._digest_path(os.fsdecode(image), image)
+            path = os.fsdecode(image)
+            return self._digest_file(path, self._stat(path, image), image)
         if isinstance(image, np.ndarray):
             return self._digest_array(image)
         if _is_pil_image(image):
-            return self._digest_pil(image)
+            return pil_digest(image, self._check_size)
         raise UnsupportedImageTypeError(
-            f"unsupported image input: {describe_input(image)}; expected a file path, a data: URL, "
-            "an http(s) URL, bytes, a PIL image or a numpy array"
+            f"unsupported input: {describe_input(image)}; expected {ACCEPTED_INPUTS}"
         )
 
     def _check_size(self, size: int, original: object) -> None:
         if size > self.max_image_bytes:
             raise ImageTooLargeError(
-                f"image input of {size} bytes exceeds max_image_bytes={self.max_image_bytes}: "
+                f"input of {size} bytes exceeds max_image_bytes={self.max_image_bytes}: "
                 f"{describe_input(original)}"
             )
 
+    def _digest_content(self, data: bytes | bytearray | memoryview, original: object) -> bytes:
+        size = data.nbytes if isinstance(data, memoryview) else len(data)
+        if size > self.max_image_bytes or size == 0:
+            self._check_size(size, original)
+            raise InvalidImageError(f"empty content: {describe_input(original)}")
+        digest: bytes = blake3(data, key=_CONTENT).digest()
+        return digest
+
+    def _digest_memoryview(self, view: memoryview) -> bytes:
+        try:
+            flat = view.ndim > 0 and view.c_contiguous
+        except ValueError:  # released
+            raise InvalidImageError("a released memoryview has no content") from None
+        if not flat:
+            raise InvalidImageError(
+                f"a memoryview must be C-contiguous and at least 1-dimensional (got ndim={view.ndim}, "
+                f"c_contiguous={view.c_contiguous}); pass bytes(view) or a contiguous copy"
+            )
+        return self._digest_content(view, view)
+
+    # ---- strings -------------------------------------------------------------------------------
     def _digest_string(self, text: str) -> bytes:
         if text.startswith("data:"):
             return self._digest_data_url(text)
-        scheme = text[:8].lower()
-        if scheme.startswith(("http://", "https://")):
-            encoded = text.encode("utf-8", "surrogatepass")
-            return bytes(blake3(encoded, key=_URL).digest())
-        return self._digest_path(text, text)
+        if text[:8].lower().startswith(("http://", "https://")):
+            digest: bytes = blake3(text.encode("utf-8", "surrogatepass"), key=_URL).digest()
+            return digest
+        found = _stat(text) if len(text) < _MAX_PATH_CHARS else "too long for a file name"
+        if type(found) is os.stat_result:
+            return self._digest_file(text, found, text)
+        return self._digest_raw_base64(text, str(found))
 
-    def _digest_encoded(self, data: bytes | bytearray | memoryview, original: object) -> bytes:
-        size = data.nbytes if isinstance(data, memoryview) else len(data)
-        if size > self.max_image_bytes:
-            self._check_size(size, original)
-        if not looks_like_image(data[:32] if type(data) is bytes else bytes(data[:32])):
-            raise InvalidImageError(f"not an image file's bytes: {describe_input(original)}")
-        digest: bytes = blake3(data, key=_ENCODED).digest()
-        return digest
-
-    def _digest_path(self, path: str, original: object) -> bytes:
+    def _digest_raw_base64(self, text: str, reason: str) -> bytes:
+        """Strict base64 whose first bytes start known media is that content; anything else is refused."""
         try:
-            status = os.stat(path)
-        except (OSError, ValueError) as error:
+            kind = media_kind(pybase64.b64decode(text[:_SNIFF_CHARS], validate=True))
+        except (binascii.Error, ValueError):
+            kind = None
+        if kind is None or len(text) % 4:
             raise InvalidImageError(
-                f"not an existing file, a data: URL or an http(s) URL: {describe_input(original)} "
-                f"({type(error).__name__})"
-            ) from None
-        memoised = self.path_memo.lookup(path, status)
-        if memoised is not None:
-            return memoised
-        self._check_size(status.st_size, original)
-        try:
-            with open(path, "rb") as file:
-                data = file.read()
-        except OSError as error:
-            raise InvalidImageError(f"cannot read image file {describe_input(original)}: {error}") from None
-        digest = self._digest_encoded(data, original)
-        self.path_memo.remember(path, status, digest)
-        return digest
+                f"{describe_input(text)} is not an existing file ({reason}), an http(s) URL, a data: URL, "
+                f"nor strict base64 of an image, video or audio file. Accepted: {ACCEPTED_INPUTS}"
+            )
+        return self._digest_base64(text, 0, "base64 string")
 
     def _digest_data_url(self, url: str) -> bytes:
         comma = url.find(",", 5, _MAX_DATA_URL_HEADER)
         if comma < 0:
             raise InvalidImageError(f"malformed data: URL (no ',' after the header): {describe_input(url)}")
-        if not url[5:comma].lower().endswith(";base64"):
-            return self._digest_encoded(unquote_to_bytes(url[comma + 1 :]), url)
+        if url[5:comma].lower().endswith(";base64"):
+            return self._digest_base64(url, comma + 1, "data: URL")
+        payload = url[comma + 1 :]
+        # Every character decodes to at least one byte and "%XX" to one: a lower bound, so an
+        # oversize URL is refused before any decoding.
+        self._check_size(len(payload) - 2 * payload.count("%"), url)
+        return self._digest_content(unquote_to_bytes(payload), url)
+
+    def _digest_base64(self, text: str, start: int, what: str) -> bytes:
         # 4 base64 characters decode to 3 bytes, so the size is known before decoding.
-        start, end = comma + 1, len(url)
-        padding = (url[end - 1] == "=") + (url[end - 2] == "=") if end - start >= 2 else 0
+        end = len(text)
+        padding = (text[end - 1] == "=") + (text[end - 2] == "=") if end - start >= 2 else 0
         size = (end - start) // 4 * 3 - padding
-        self._check_size(size, url)
+        self._check_size(size, text)
         if (end - start) % 4 or size <= 0:
-            raise InvalidImageError(f"corrupt base64 in data: URL: {describe_input(url)}")
-        hasher = blake3(key=_ENCODED)
+            problem = "empty content" if end == start else "corrupt base64"
+            raise InvalidImageError(f"{problem} in {what}: {describe_input(text)}")
+        hasher = blake3(key=_CONTENT)
         try:
-            first = pybase64.b64decode(url[start : start + _BASE64_SLICE], validate=True)
-            if not looks_like_image(first[:32]):
-                raise InvalidImageError(f"data: URL does not hold an image file: {describe_input(url)}")
-            hasher.update(first)
-            for offset in range(start + _BASE64_SLICE, end, _BASE64_SLICE):
-                hasher.update(pybase64.b64decode(url[offset : offset + _BASE64_SLICE], validate=True))
+            for offset in range(start, end, _BASE64_SLICE):
+                hasher.update(pybase64.b64decode(text[offset : offset + _BASE64_SLICE], validate=True))
         except binascii.Error as error:
-            raise InvalidImageError(f"corrupt base64 in data: URL: {describe_input(url)} ({error})") from None
+            raise InvalidImageError(f"corrupt base64 in {what}: {describe_input(text)} ({error})") from None
         digest: bytes = hasher.digest()
         return digest
 
+    # ---- files ---------------------------------------------------------------------------------
+    def _stat(self, path: str, original: object) -> os.stat_result:
+        found = _stat(path)
+        if type(found) is not os.stat_result:
+            raise InvalidImageError(f"not an existing file: {describe_input(original)} ({found})")
+        return found
+
+    def _digest_file(self, path: str, status: os.stat_result, original: object) -> bytes:
+        _require_regular_file(status, original)
+        memoised = self.path_memo.lookup(path, status)
+        if memoised is not None:
+            return memoised
+        self._check_size(status.st_size, original)
+        data, status = self._read_file(path, original)
+        digest = self._digest_content(data, original)
+        self.path_memo.remember(path, status, digest)
+        return digest
+
+    def _read_file(self, path: str, original: object) -> tuple[bytes, os.stat_result]:
+        """The file's bytes and the status they were read under; never blocks on open (O_NONBLOCK:
+        a file replaced by a FIFO since its stat is refused by fstat, not waited on)."""
+        try:
+            descriptor = os.open(path, _OPEN_FLAGS)
+        except OSError as error:
+            raise InvalidImageError(f"cannot open {describe_input(original)}: {error.strerror}") from None
+        try:
+            status = os.fstat(descriptor)
+            _require_regular_file(status, original)
+            self._check_size(status.st_size, original)
+            limit = self.max_image_bytes
+            data = _read_at_most(descriptor, min(status.st_size, limit) + 1, limit)
+        except OSError as error:
+            raise InvalidImageError(f"cannot read {describe_input(original)}: {error.strerror}") from None
+        finally:
+            os.close(descriptor)
+        self._check_size(len(data), original)  # it grew since fstat (or is a /proc file)
+        return data, status
+
+    # ---- decoded pixels ------------------------------------------------------------------------
     def _digest_array(self, array: np.ndarray[Any, Any]) -> bytes:
         if array.dtype.hasobject or array.size == 0:
             raise InvalidImageError(
@@ -167,24 +237,42 @@ class ImageHasher:
         digest: bytes = hasher.digest()
         return digest
 
-    def _digest_pil(self, image: Any) -> bytes:
-        width, height = image.size
-        if width == 0 or height == 0:
-            raise InvalidImageError(f"empty PIL image of size {image.size}")
-        self._check_size(width * height * len(image.getbands()), image)
-        palette = image.getpalette() if image.mode in ("P", "PA") else None
-        # Transparency changes what convert("RGB"/"RGBA") produces, so it is part of the identity.
-        transparency = repr(image.info.get("transparency")).encode()
-        header = (
-            frame(image.mode.encode())
-            + struct.pack("<QQ", width, height)
-            + frame(bytes(palette) if palette is not None else b"")
-            + frame(transparency)
-        )
-        hasher = blake3(header, key=_PIL)
-        hasher.update(image.tobytes())
-        digest: bytes = hasher.digest()
-        return digest
+
+def _stat(path: str) -> os.stat_result | str:
+    """The file's status, or why there is none (the exception's name)."""
+    try:
+        return os.stat(path)
+    except (OSError, ValueError) as error:  # ValueError: an embedded NUL character
+        return type(error).__name__
+
+
+def _read_at_most(descriptor: int, first: int, limit: int) -> bytes:
+    """Read to end of file, but never more than ``limit + 1`` bytes in all."""
+    chunks = [os.read(descriptor, first)]
+    total = len(chunks[0])
+    while total <= limit:
+        chunk = os.read(descriptor, min(limit + 1 - total, _READ_CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _require_regular_file(status: os.stat_result, original: object) -> None:
+    """Only regular files are read: a device (``/dev/zero``) never ends, a FIFO blocks its reader."""
+    mode = status.st_mode
+    if stat.S_ISREG(mode):
+        return
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((name for test, name in kinds if test(mode)), "of another kind")
+    raise InvalidImageError(f"not a regular file ({kind}): {describe_input(original)}")
 
 
 def _is_pil_image(value: object) -> bool:

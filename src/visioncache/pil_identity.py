@@ -1,0 +1,94 @@
+"""The digest of a PIL image: everything that changes what its pixels mean, for every frame.
+
+What the digest covers, mode by mode (issue #11, item 3; each has a collision test):
+
+- the mode string: ``L``/``P``/``I;16``/``I;16B``/``F``/``LA``/``La``/``PA``/``RGBa``/``CMYK``/``YCbCr``
+  … can hold the same raw bytes with different meanings;
+- the size, and the raw pixel bytes (``tobytes()``: 1-bit packed for ``1``, 2 bytes a pixel for
+  ``I;16*``, 4 for ``I`` and ``F``, one byte a band otherwise);
+- for ``P`` and ``PA``: the palette's mode (``RGB`` or ``RGBA``) and its full raw entries, alpha
+  included (``getpalette()`` alone drops the alpha: two images differing only there collided);
+- ``info["transparency"]``, which changes what ``convert("RGBA")`` produces;
+- for a multi-frame image (animated GIF, WebP or PNG, multi-page TIFF): the frame count, the frame
+  it is positioned at (what ``np.asarray`` and image processors read) and every frame, each with
+  its own mode, size, palette and transparency. Hashing seeks through the frames and back, so a
+  hit decodes them all: pass the file's path or bytes to make a hit cost one hash of the file.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from blake3 import blake3
+
+from visioncache.errors import InvalidImageError, VisionCacheError, describe_input
+from visioncache.framing import domain_key, frame
+
+__all__ = ["pil_digest", "pil_pixel_bytes"]
+
+_PIL = domain_key("visioncache/image/pil/v2")
+
+
+def pil_pixel_bytes(mode: str, width: int, height: int) -> int:
+    """The length of ``tobytes()`` for one frame of this mode and size, without decoding it."""
+    from PIL import ImageMode
+
+    if mode == "1":
+        return (width + 7) // 8 * height
+    described = ImageMode.getmode(mode)
+    return width * height * len(described.bands) * int(described.typestr[2:])
+
+
+def pil_digest(image: Any, check_size: Callable[[int, object], None]) -> bytes:
+    """The 32-byte digest of a PIL image; ``check_size(bytes, image)`` runs before any decoding.
+
+    Every failure to read the image (a truncated or closed file behind a lazily opened image, a
+    decoder error) raises `InvalidImageError`.
+    """
+    width, height = image.size
+    if width == 0 or height == 0:
+        raise InvalidImageError(f"empty PIL image of size {image.size}")
+    try:
+        frames = getattr(image, "n_frames", 1)
+        hasher = blake3(struct.pack("<Q", frames), key=_PIL)
+        if frames == 1:
+            check_size(pil_pixel_bytes(image.mode, width, height), image)
+            _hash_frame(image, hasher)
+            return bytes(hasher.digest())
+        current = image.tell()
+        hasher.update(struct.pack("<Q", current))
+        total = 0
+        try:
+            for index in range(frames):
+                image.seek(index)
+                total += pil_pixel_bytes(image.mode, *image.size)  # frames may change mode
+                check_size(total, image)
+                _hash_frame(image, hasher)
+        finally:
+            image.seek(current)
+        return bytes(hasher.digest())
+    except VisionCacheError:
+        raise
+    except Exception as error:  # Pillow's decoders raise OSError, SyntaxError, struct.error, ...
+        raise InvalidImageError(
+            f"cannot read the pixels of PIL image {describe_input(image)} "
+            f"({type(error).__name__}: {error}); a lazily opened image's file may be truncated or closed"
+        ) from error
+
+
+def _hash_frame(image: Any, hasher: Any) -> None:
+    image.load()  # a lazily opened image decodes here; its palette is final only after this
+    palette = image.palette if image.mode in ("P", "PA") else None
+    header = (
+        frame(image.mode.encode())
+        + struct.pack("<QQ", *image.size)
+        + frame(palette.mode.encode() if palette is not None else b"")
+        + frame(bytes(image.getpalette(rawmode=None) or ()) if palette is not None else b"")
+        + frame(repr(image.info.get("transparency")).encode())
+    )
+    hasher.update(frame(header))
+    pixels = image.tobytes()
+    hasher.update(struct.pack("<Q", len(pixels)))
+    hasher.update(pixels)
