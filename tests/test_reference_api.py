@@ -269,7 +269,7 @@ def test_oversize_value_is_not_stored_and_the_call_succeeds(make_png):
         (lambda c, ok: c.set_pixel_values([ok, 3.5], 1), UnsupportedImageTypeError),
         (lambda c, ok: c.get_encoding_cache([ok], b"bytes prompt"), UnsupportedInputTypeError),
         (lambda c, ok: c.set_encoding_cache(["data:image/png;base64,!!"], "p", 1, 1, 1), InvalidImageError),
-        (lambda c, ok: c.get_image_embeddings([ok, b"not an image"]), InvalidImageError),
+        (lambda c, ok: c.get_image_embeddings([ok, b""]), InvalidImageError),
         (lambda c, ok: c.encode_images([ok, None], lambda xs: xs), UnsupportedImageTypeError),
     ],
 )
