@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from visioncache.cache import VisionEmbeddingCache
+from visioncache.content_id import ContentId
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
 from visioncache.errors import (
     ConfigurationError,
@@ -29,6 +30,7 @@ from visioncache.store import Store
 __all__ = [
     "DEFAULT_NAMESPACE",
     "ConfigurationError",
+    "ContentId",
     "EncoderOutputError",
     "EncodingCacheEntry",
     "ImageTooLargeError",
