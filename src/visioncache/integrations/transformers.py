@@ -13,11 +13,8 @@ logits as a miss. All caching logic stays in the core.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 try:
@@ -30,12 +27,19 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "visioncache.integrations.transformers needs torch and transformers: "
         f"pip install 'visioncache[hf]' ({error})"
     ) from error
-from blake3 import blake3
 
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError, PlaceholderMismatchError
-from visioncache.identity import frame
 from visioncache.integrations.hf_images import ImageInput, load_pil_image
+from visioncache.integrations.hf_model import (
+    DEEPSTACK_FAMILIES,
+    SUPPORTED_FAMILIES,
+    StageTimes,
+    model_family,
+    model_namespace,
+)
+from visioncache.integrations.hf_video import VideoEncoder, VideoOutput, video_replacement
+from visioncache.integrations.video_clip import VideoFrames, VideoInput, VideoSettings
 
 __all__ = [
     "DEEPSTACK_FAMILIES",
@@ -43,100 +47,25 @@ __all__ = [
     "CachedVisionModel",
     "PlaceholderMismatchError",
     "StageTimes",
+    "VideoFrames",
+    "VideoOutput",
+    "VideoSettings",
     "model_namespace",
 ]
 
-SUPPORTED_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # config.model_type
-# Families whose vision output also carries deepstack features, which the model must be fed back.
-DEEPSTACK_FAMILIES = frozenset({"qwen3_vl"})
-# Bump when the layout of a cached value changes, so old entries are never read as new ones.
-VALUE_FORMAT = "visioncache.transformers/v1"
-
-Request = tuple[str, Sequence[ImageInput]]
-
-
-@dataclass
-class StageTimes:
-    """Work the adapter actually did (cache misses only): seconds and image counts per stage."""
-
-    preprocess_seconds: float = 0.0
-    encode_seconds: float = 0.0
-    images_preprocessed: int = 0
-    images_encoded: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(
-        self, *, preprocess: float = 0.0, encode: float = 0.0, preprocessed: int = 0, encoded: int = 0
-    ) -> None:
-        # encode_fn may run on several engine threads at once (single-flight is per key).
-        with self._lock:
-            self.preprocess_seconds += preprocess
-            self.encode_seconds += encode
-            self.images_preprocessed += preprocessed
-            self.images_encoded += encoded
-
-
-def _family(model: PreTrainedModel) -> str:
-    model_type = str(getattr(model.config, "model_type", None))
-    if model_type not in SUPPORTED_FAMILIES or not hasattr(model, "get_image_features"):
-        raise ConfigurationError(
-            f"model family {model_type!r} is not supported by visioncache's transformers "
-            f"integration; supported: {', '.join(SUPPORTED_FAMILIES)}"
-        )
-    return model_type
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    # A uint8 view handles every dtype, bf16 included, without a lossy conversion.
-    return bytes(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-
-
-def _weights_identity(model: PreTrainedModel) -> bytes:
-    """Checkpoint name and commit where known, plus a digest of the vision tower's first and last
-    parameter tensors: random or fine-tuned weights with the same config still differ."""
-    config = model.config
-    parameters = list(model.named_parameters())
-    visual = [(name, p) for name, p in parameters if ".visual." in f".{name}"] or parameters
-    hasher = blake3()
-    for name, parameter in (visual[0], visual[-1]):
-        hasher.update(frame(name.encode()) + frame(str(tuple(parameter.shape)).encode()))
-        hasher.update(frame(_tensor_bytes(parameter)))
-    origin = f"{getattr(config, '_name_or_path', '')}@{getattr(config, '_commit_hash', '')}"
-    return frame(origin.encode()) + frame(hasher.digest())
-
-
-def model_namespace(model: PreTrainedModel, processor: ProcessorMixin) -> str:
-    """The cache namespace of ``model`` + ``processor``: differently configured, typed or weighted
-    models or image processors never share it; equal ones always do (it is deterministic)."""
-    family = _family(model)
-    config = model.config
-    token_ids = {
-        name: getattr(config, name, None)
-        for name in ("image_token_id", "vision_start_token_id", "vision_end_token_id")
-    }
-    parts = (
-        VALUE_FORMAT,
-        family,
-        config.vision_config.to_json_string(use_diff=False),
-        json.dumps(token_ids, sort_keys=True),
-        processor.image_processor.to_json_string(),
-        str(model.dtype),
-    )
-    hasher = blake3()
-    for part in parts:
-        hasher.update(frame(part.encode()))
-    hasher.update(_weights_identity(model))
-    return f"transformers:{family}:{hasher.hexdigest()}"
+# (text, images) or (text, images, videos); each placeholder in the text stands for the next one.
+Request = tuple[str, Sequence[ImageInput]] | tuple[str, Sequence[ImageInput], Sequence[VideoInput]]
 
 
 class CachedVisionModel:
-    """Builds a Qwen VLM's model inputs with cached per-image pixels and vision-encoder output.
+    """Builds a Qwen VLM's model inputs with cached per-image and per-temporal-patch vision output.
 
-    ``prepare(text, images)`` / ``prepare_batch(requests)`` return keyword arguments for
-    ``model(**inputs)`` and ``model.generate(**inputs)``; the logits equal those of
-    ``model(**processor(images=..., text=...))``. Each ``<|image_pad|>`` in a text stands for the
-    next image, in order. Without ``cache``, one is built with ``model_namespace(model, processor)``
-    (or ``namespace``); a passed cache is used as it is, so build it with that namespace.
+    ``prepare(text, images, videos)`` / ``prepare_batch(requests)`` return keyword arguments for
+    ``model(**inputs)`` and ``model.generate(**inputs)``; the logits equal those of the model on
+    the same pixels uncached. Each ``<|image_pad|>`` in a text stands for the next image and each
+    ``<|video_pad|>`` for the next video, in order. Without ``cache``, one is built with
+    ``model_namespace(model, processor)`` (or ``namespace``); a passed cache is used as it is, so
+    build it with that namespace. ``video_settings`` sets video sampling and resolution.
     """
 
     def __init__(
@@ -145,8 +74,9 @@ class CachedVisionModel:
         processor: ProcessorMixin,
         cache: VisionEmbeddingCache | None = None,
         namespace: str | None = None,
+        video_settings: VideoSettings | None = None,
     ) -> None:
-        self.family = _family(model)
+        self.family = model_family(model)
         if cache is not None and namespace is not None:
             raise ConfigurationError(
                 "pass namespace= to the VisionEmbeddingCache, not to CachedVisionModel, when passing a cache"
@@ -159,17 +89,25 @@ class CachedVisionModel:
             else VisionEmbeddingCache(namespace=namespace or model_namespace(model, processor))
         )
         self.times = StageTimes()
+        self.video_settings = video_settings or VideoSettings()
+        self._video: VideoEncoder | None = None  # built on the first video (it checks the model)
         self._image_token: str = processor.image_token  # type: ignore[attr-defined]
+        self._video_token: str = processor.video_token  # type: ignore[attr-defined]
 
-    def prepare(self, text: str, images: Sequence[ImageInput]) -> dict[str, Any]:
+    def prepare(
+        self, text: str, images: Sequence[ImageInput] = (), videos: Sequence[VideoInput] = ()
+    ) -> dict[str, Any]:
         """Model inputs for one request."""
-        return self.prepare_batch([(text, images)])
+        return self.prepare_batch([(text, images, videos)])
 
     def prepare_batch(self, requests: Sequence[Request]) -> dict[str, Any]:
-        """Model inputs for a padded batch of requests; their images' misses encode in one call."""
-        texts = [text for text, _ in requests]
-        self._check_placeholders(texts, [len(images) for _, images in requests])
-        return self._build_inputs(texts, self.image_outputs([images for _, images in requests]))
+        """Model inputs for a padded batch of requests; their misses encode in one call per kind."""
+        texts = [request[0] for request in requests]
+        images = [request[1] for request in requests]
+        videos = [request[2] if len(request) > 2 else () for request in requests]
+        self._check_placeholders(texts, [len(i) for i in images], [len(v) for v in videos])
+        video_values = self.video_outputs(videos) if any(videos) else [[] for _ in requests]
+        return self._build_inputs(texts, self.image_outputs(images), video_values)
 
     def image_outputs(
         self,
@@ -179,21 +117,37 @@ class CachedVisionModel:
         the misses of all requests are preprocessed and encoded in one call each."""
         return self.cache.encode_batch([list(images) for images in images_per_request], self._encode)
 
-    def model_inputs(
-        self, texts: Sequence[str], values_per_request: Sequence[Sequence[dict[str, Any]]]
-    ) -> dict[str, Any]:
-        """Model inputs from texts and the values ``image_outputs`` returned for them."""
-        self._check_placeholders(texts, [len(values) for values in values_per_request])
-        return self._build_inputs(list(texts), values_per_request)
+    def video_outputs(self, videos_per_request: Sequence[Sequence[VideoInput]]) -> list[list[VideoOutput]]:
+        """Per request, each video's output, cached per temporal patch; the missing patches of all
+        requests are encoded in one call. The first call checks that the model's vision
+        attention stays within a temporal patch (ConfigurationError if not)."""
+        if self._video is None:
+            self._video = VideoEncoder(
+                self.model, self.processor, self.cache, self.video_settings, self.times
+            )
+        return self._video.outputs(videos_per_request)
 
-    def _check_placeholders(self, texts: Sequence[str], image_counts: list[int]) -> None:
-        for text, count in zip(texts, image_counts, strict=True):
-            placeholders = text.count(self._image_token)
-            if placeholders != count:
-                raise PlaceholderMismatchError(
-                    f"a prompt has {placeholders} {self._image_token} placeholders but {count} "
-                    f"images were sent with it"
-                )
+    def model_inputs(
+        self,
+        texts: Sequence[str],
+        values_per_request: Sequence[Sequence[dict[str, Any]]],
+        videos_per_request: Sequence[Sequence[VideoOutput]] | None = None,
+    ) -> dict[str, Any]:
+        """Model inputs from texts and what ``image_outputs`` / ``video_outputs`` returned."""
+        videos = videos_per_request if videos_per_request is not None else [[] for _ in texts]
+        self._check_placeholders(texts, [len(v) for v in values_per_request], [len(v) for v in videos])
+        return self._build_inputs(list(texts), values_per_request, videos)
+
+    def _check_placeholders(self, texts: Sequence[str], images: list[int], videos: list[int]) -> None:
+        for text, image_count, video_count in zip(texts, images, videos, strict=True):
+            checks = ((self._image_token, image_count, "images"), (self._video_token, video_count, "videos"))
+            for token, count, kind in checks:
+                placeholders = text.count(token)
+                if placeholders != count:
+                    raise PlaceholderMismatchError(
+                        f"a prompt has {placeholders} {token} placeholders but {count} {kind} "
+                        "were sent with it"
+                    )
 
     def _preprocess(self, images: list[ImageInput]) -> list[PixelOnlyCacheEntry]:
         """The image processor on the images whose pixels missed, split back per image."""
@@ -236,21 +190,42 @@ class CachedVisionModel:
         return values
 
     def _build_inputs(
-        self, texts: list[str], values_per_request: Sequence[Sequence[dict[str, Any]]]
+        self,
+        texts: list[str],
+        values_per_request: Sequence[Sequence[dict[str, Any]]],
+        videos_per_request: Sequence[Sequence[VideoOutput]],
     ) -> dict[str, Any]:
         """Tokenised texts (placeholders expanded from the cached grids) plus the cached outputs."""
         processor: Any = self.processor
         values = [value for values in values_per_request for value in values]
+        videos = [video for videos in videos_per_request for video in videos]
         inputs: dict[str, Any] = {}
+        encoder_outputs: dict[str, Any] = {}
+        image_replacements: list[str] = []
         if values:
             grids = torch.stack([value["image_grid_thw"] for value in values])
-            replacements = [
+            image_replacements = [
                 processor.replace_image_token({"image_grid_thw": grids}, image_idx=index)
                 for index in range(len(values))
             ]
-            texts, _ = processor.get_text_with_replacements(list(texts), replacements)
             inputs["image_grid_thw"] = grids
-            inputs["mm_encoder_outputs"] = {"image": self._encoder_output(values)}
+            encoder_outputs["image"] = self._encoder_output(
+                [value["embeddings"] for value in values],
+                [value.get("deepstack_features") for value in values],
+            )
+        video_replacements = [video_replacement(self.family, video, processor) for video in videos]
+        if videos:
+            inputs["video_grid_thw"] = torch.stack([video.grid for video in videos])
+            encoder_outputs["video"] = self._encoder_output(
+                [video.embeddings for video in videos], [video.deepstack_features for video in videos]
+            )
+            if self.family == "qwen2_5_vl":
+                inputs["second_per_grid_ts"] = torch.tensor([video.seconds_per_patch for video in videos])
+        if encoder_outputs:
+            texts, _ = processor.get_text_with_replacements(
+                list(texts), image_replacements, video_replacements
+            )
+            inputs["mm_encoder_outputs"] = encoder_outputs
         tokens = processor.tokenizer(texts, padding=True, return_token_type_ids=False, return_tensors="pt")
         inputs.update(tokens)
         inputs["mm_token_type_ids"] = torch.tensor(processor.create_mm_token_type_ids(tokens["input_ids"]))
@@ -260,11 +235,16 @@ class CachedVisionModel:
             for name, value in inputs.items()
         }
 
-    def _encoder_output(self, values: list[dict[str, Any]]) -> BaseModelOutputWithPooling:
-        embeddings = tuple(value["embeddings"] for value in values)
-        # Qwen models take one tensor per image here, though transformers annotates one tensor.
+    def _encoder_output(
+        self, embeddings: list[torch.Tensor], deepstack: list[list[torch.Tensor] | None]
+    ) -> BaseModelOutputWithPooling:
+        """One image's or video's embeddings per item, as transformers' encoder output of a kind."""
+        # Qwen models take one tensor per item here, though transformers annotates one tensor.
+        pooled: Any = tuple(embeddings)
         if self.family not in DEEPSTACK_FAMILIES:
-            return BaseModelOutputWithPooling(pooler_output=embeddings)  # type: ignore[arg-type]
-        layers = len(values[0]["deepstack_features"])
-        deepstack = [tuple(value["deepstack_features"][layer] for value in values) for layer in range(layers)]
-        return BaseModelOutputWithDeepstackFeatures(pooler_output=embeddings, deepstack_features=deepstack)  # type: ignore[arg-type]
+            return BaseModelOutputWithPooling(pooler_output=pooled)
+        layers = len(deepstack[0] or [])
+        per_layer: Any = [
+            tuple(item[layer] for item in deepstack if item is not None) for layer in range(layers)
+        ]
+        return BaseModelOutputWithDeepstackFeatures(pooler_output=pooled, deepstack_features=per_layer)

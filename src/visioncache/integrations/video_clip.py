@@ -1,0 +1,263 @@
+"""Video identity: per-frame and per-temporal-patch digests, and a file's frame digests by one lookup.
+
+Why: a video's vision-encoder output is reused per temporal patch (see ``hf_video``), so a patch
+needs a key that names exactly what the encoder sees. A frame is named by the digest of its
+decoded RGB pixels (dtype, shape and bytes); a patch by the digests of its frames in order, plus
+``VideoSettings`` and the model's temporal patch size, which together decide how those frames are
+resized, normalised and grouped. (The resized frame is a function of the decoded frame and those
+settings, so this names the resized patch as exactly as a digest of it would, and a hit costs
+no resize.) A video file is named by the digest of its bytes; the frame digests of its sampled
+frames are cached under that name in the pixel-only level, so a file sent again costs one hash
+and one lookup, not a decode, until a patch is missing and its frames are needed.
+
+Keys are 32-byte digests, each computed under its own domain string, handed to the cache as a
+1-D uint8 array (a shape no image has), so they never meet an image's key.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from blake3 import blake3
+from PIL import Image
+
+from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
+from visioncache.errors import (
+    ConfigurationError,
+    InvalidImageError,
+    UnsupportedImageTypeError,
+    describe_input,
+)
+from visioncache.fingerprint import fingerprint, stable_json
+from visioncache.integrations.video_decode import VideoSource, decode_frames, probe_video, sample_indices
+
+__all__ = [
+    "Clip",
+    "ClipResolver",
+    "FrameInput",
+    "VideoFrames",
+    "VideoInput",
+    "VideoSettings",
+    "digest_item",
+    "patch_frames",
+]
+
+FrameInput = Image.Image | np.ndarray
+DEFAULT_FPS = 24.0  # transformers' Qwen processors assume it when a video's rate is unknown
+
+
+@dataclass(frozen=True)
+class VideoFrames:
+    """Frames already sampled from a video: ``frame_indices`` (default 0, 1, ...) place them in
+    the source, and ``fps`` is the source's frame rate (Qwen2.5-VL and Qwen3-VL use both for
+    temporal positions and timestamps; the cache keys do not)."""
+
+    frames: Sequence[FrameInput]
+    fps: float | None = None
+    frame_indices: Sequence[int] | None = None
+
+
+VideoInput = VideoFrames | Sequence[FrameInput] | str | os.PathLike[str] | bytes
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    """What shapes a video's frames before the encoder: file sampling (``fps`` frames per second,
+    clamped to ``[min_frames, max_frames]``) and per-frame resolution bounds in pixels (None: the
+    image processor's own ``size``)."""
+
+    fps: float = 2.0
+    min_frames: int = 4
+    max_frames: int = 768
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.fps > 0 or self.min_frames < 1 or self.max_frames < self.min_frames:
+            raise ConfigurationError(f"invalid video settings: {self}")
+
+
+def digest_item(domain: str, parts: Sequence[str | bytes]) -> np.ndarray:
+    """A key for the cache: the digest of ``parts`` under ``domain``, as a 1-D uint8 array."""
+    return np.frombuffer(bytes.fromhex(fingerprint([domain, *parts])), dtype=np.uint8)
+
+
+def frame_digest(frame: np.ndarray) -> bytes:
+    """The content digest of one decoded RGB frame (dtype, shape and pixel bytes)."""
+    header = stable_json([frame.dtype.str, list(frame.shape)]).encode()
+    hasher = blake3(header)
+    hasher.update(np.ascontiguousarray(frame).data)
+    return bytes(hasher.digest())
+
+
+def rgb_frame(frame: object) -> np.ndarray:
+    """One frame as an RGB uint8 array of shape (H, W, 3): what a decoder yields."""
+    if isinstance(frame, Image.Image):
+        return np.asarray(frame.convert("RGB"))
+    if isinstance(frame, np.ndarray) and frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3:
+        return frame
+    raise UnsupportedImageTypeError(
+        f"a video frame must be a PIL image or an RGB uint8 array of shape (H, W, 3), got "
+        f"{describe_input(frame) if not isinstance(frame, np.ndarray) else f'{frame.dtype} {frame.shape}'}"
+    )
+
+
+@dataclass
+class Clip:
+    """One video's sampled frames, by digest; the pixels are loaded only if a patch misses."""
+
+    frame_digests: list[bytes]
+    frame_indices: list[int]
+    fps: float | None
+    total_frames: int | None
+    _load: Callable[[], list[np.ndarray]] = field(repr=False)
+    _frames: list[np.ndarray] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def frames(self) -> list[np.ndarray]:
+        """The sampled frames' pixels (decoded once, on first use)."""
+        with self._lock:
+            if self._frames is None:
+                self._frames = self._load()
+            return self._frames
+
+    @property
+    def sampled_fps(self) -> float:
+        """Sampled frames per second, as transformers' ``VideoMetadata.sampled_fps``."""
+        if self.fps is None or self.total_frames is None:
+            return self.fps or DEFAULT_FPS
+        return len(self.frame_indices) / self.total_frames * self.fps
+
+
+def patch_frames(frame_count: int, first: int, temporal_patch_size: int) -> list[int]:
+    """Positions of the frames of the temporal patch starting at frame ``first`` of a clip of
+    ``frame_count`` frames; the last frame repeats to fill the final patch, as transformers'
+    video processors pad it."""
+    return [min(first + step, frame_count - 1) for step in range(temporal_patch_size)]
+
+
+class ClipResolver:
+    """Turns video inputs into ``Clip``s; one cache lookup per batch for the files' frame digests."""
+
+    def __init__(self, cache: VisionEmbeddingCache, settings: VideoSettings, temporal_patch_size: int):
+        self.cache = cache
+        self.settings = settings
+        self.temporal_patch_size = temporal_patch_size
+        # Names the settings in every key, so other settings never share an entry.
+        self.settings_digest = fingerprint(
+            ["visioncache/video/settings/v1", stable_json(asdict(settings)), str(temporal_patch_size)]
+        )
+        self.decoded_files = 0  # files decoded to find their frames (not counting later pixel loads)
+
+    def patch_item(self, clip: Clip, first: int) -> np.ndarray:
+        """The key of the temporal patch starting at frame ``first``."""
+        positions = patch_frames(len(clip.frame_digests), first, self.temporal_patch_size)
+        frames = [clip.frame_digests[at] for at in positions]
+        return digest_item("visioncache/video/patch/v1", [self.settings_digest, *frames])
+
+    def frame_item(self, digest: bytes) -> np.ndarray:
+        """The pixel-only level's key of one frame's resized, normalised pixels."""
+        return digest_item("visioncache/video/frame/v1", [self.settings_digest, digest])
+
+    def resolve(self, videos: Sequence[VideoInput]) -> list[Clip]:
+        """A ``Clip`` per video; bad input raises a typed error before the cache is touched."""
+        sources = [_classify(video) for video in videos]
+        files = [(at, source) for at, source in enumerate(sources) if not isinstance(source, VideoFrames)]
+        items = [
+            digest_item("visioncache/video/file/v1", [self.settings_digest, _file_digest(source)])
+            for _, source in files
+        ]
+        by_item = {item.tobytes(): source for item, (_, source) in zip(items, files, strict=True)}
+        decoded: dict[bytes, list[np.ndarray]] = {}
+
+        def index_files(missing: list[Any]) -> list[PixelOnlyCacheEntry]:
+            return [self._index_file(by_item[item.tobytes()], decoded, item.tobytes()) for item in missing]
+
+        entries = self.cache.preprocess_images(items, index_files) if items else []
+        clips = [_frames_clip(source) if isinstance(source, VideoFrames) else None for source in sources]
+        for (at, source), item, entry in zip(files, items, entries, strict=True):
+            clips[at] = self._file_clip(source, entry, decoded.get(item.tobytes()))
+        return [clip for clip in clips if clip is not None]
+
+    def _index_file(
+        self, source: VideoSource, decoded: dict[bytes, list[np.ndarray]], item: bytes
+    ) -> PixelOnlyCacheEntry:
+        """Decode a file the cache does not know: its sampled frames' digests and sampling facts."""
+        settings = self.settings
+        stream = probe_video(source)
+        indices = sample_indices(
+            stream, settings.fps, settings.min_frames, settings.max_frames, self.temporal_patch_size
+        )
+        frames = decode_frames(source, indices)
+        decoded[item] = frames
+        self.decoded_files += 1
+        index = {
+            "frame_digests": np.frombuffer(b"".join(map(frame_digest, frames)), np.uint8).reshape(-1, 32),
+            "frame_indices": np.asarray(indices, np.int64),
+            "fps": stream.fps,
+            "total_frames": stream.total_frames,
+        }
+        return PixelOnlyCacheEntry(pixel_values=index)
+
+    def _file_clip(
+        self, source: VideoSource, entry: PixelOnlyCacheEntry, frames: list[np.ndarray] | None
+    ) -> Clip:
+        index = entry.pixel_values
+        indices = [int(i) for i in np.asarray(index["frame_indices"])]
+        digests = [bytes(row) for row in np.asarray(index["frame_digests"], np.uint8)]
+
+        def load() -> list[np.ndarray]:
+            return decode_frames(source, indices)
+
+        return Clip(digests, indices, float(index["fps"]), int(index["total_frames"]), load, frames)
+
+
+def _classify(video: object) -> VideoFrames | VideoSource:
+    """A video input as ``VideoFrames`` of RGB arrays (checked) or a file source."""
+    if isinstance(video, os.PathLike):
+        video = os.fspath(video)
+    if isinstance(video, str):
+        if not os.path.isfile(video):
+            raise InvalidImageError(f"not an existing video file: {describe_input(video)}")
+        return video
+    if isinstance(video, bytes):
+        return video
+    if isinstance(video, list | tuple):
+        video = VideoFrames(video)
+    if not isinstance(video, VideoFrames):
+        raise UnsupportedImageTypeError(
+            "a video must be a file path, bytes, a list of frames or VideoFrames, got "
+            + describe_input(video)
+        )
+    frames = [rgb_frame(frame) for frame in video.frames]
+    if not frames or len({frame.shape for frame in frames}) != 1:
+        raise InvalidImageError("a video needs at least one frame, and all its frames must have one size")
+    indices = list(video.frame_indices) if video.frame_indices is not None else list(range(len(frames)))
+    if len(indices) != len(frames):
+        raise InvalidImageError(f"{len(indices)} frame_indices for {len(frames)} frames")
+    return VideoFrames(frames, video.fps, indices)
+
+
+def _frames_clip(video: VideoFrames) -> Clip:
+    """A clip of frames already converted by ``_classify`` (RGB arrays, indices set)."""
+    frames = [rgb_frame(frame) for frame in video.frames]  # no copy: already RGB arrays
+    indices = list(video.frame_indices or range(len(frames)))
+    return Clip([frame_digest(frame) for frame in frames], indices, video.fps, None, lambda: frames, frames)
+
+
+def _file_digest(source: VideoSource) -> bytes:
+    """The digest of a video file's bytes (a path is hashed through mmap, not read into memory)."""
+    hasher = blake3()
+    try:
+        if isinstance(source, bytes):
+            hasher.update(source)
+        else:
+            hasher.update_mmap(source)
+    except (OSError, ValueError) as error:
+        raise InvalidImageError(f"cannot read the video file {describe_input(source)}: {error}") from None
+    return bytes(hasher.digest())
