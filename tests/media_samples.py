@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from tests.conftest import encode_image, random_image
 

@@ -129,7 +129,8 @@ class ImageHasher:
                 f"a memoryview must be C-contiguous and at least 1-dimensional (got ndim={view.ndim}, "
                 f"c_contiguous={view.c_contiguous}); pass bytes(view) or a contiguous copy"
             )
-        return self._digest_content(view, view)
+        # blake3 reads unsigned bytes: a view of floats, or of several dimensions, is cast (no copy).
+        return self._digest_content(view if view.format == "B" and view.ndim == 1 else view.cast("B"), view)
 
     # ---- strings -------------------------------------------------------------------------------
     def _digest_string(self, text: str) -> bytes:
