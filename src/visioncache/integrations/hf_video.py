@@ -28,9 +28,17 @@ from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.hf_model import DEEPSTACK_FAMILIES, StageTimes
 from visioncache.integrations.hf_video_pixels import patch_pixels, preprocess_frames
-from visioncache.integrations.video_clip import Clip, ClipResolver, VideoInput, VideoSettings, patch_frames
+from visioncache.integrations.video_clip import (
+    DEFAULT_FPS,
+    Clip,
+    ClipResolver,
+    VideoInput,
+    VideoSettings,
+    patch_frames,
+    sampled_fps,
+)
 
-__all__ = ["VideoEncoder", "VideoOutput", "check_temporal_locality", "video_replacement"]
+__all__ = ["VideoEncoder", "VideoOutput", "check_temporal_locality", "video_output", "video_replacement"]
 
 
 @dataclass(frozen=True)
@@ -94,13 +102,22 @@ def video_replacement(family: str, output: VideoOutput, processor: Any) -> str:
     return "".join(f"<{seconds:.1f} seconds>{frame}" for seconds in output.timestamps)
 
 
-def _timestamps(clip: Clip, temporal: int) -> list[float]:
-    """Seconds per temporal patch: the mean of its first and last frame's time (Qwen3-VL)."""
-    fps = clip.fps or 24.0
-    indices = list(clip.frame_indices)
+def video_output(
+    patches: list[dict[str, Any]],
+    fps: float | None,
+    frame_indices: Sequence[int],
+    total_frames: int | None,
+    temporal: int,
+) -> VideoOutput:
+    """A video's output from its patches' values and where its frames sit in time: Qwen3-VL's
+    timestamp per patch is the mean of its first and last frame's time, as its processor's."""
+    height, width = (int(size) for size in patches[0]["grid"][1:])
+    indices = list(frame_indices)
     indices += [indices[-1]] * (-len(indices) % temporal)
-    times = [index / fps for index in indices]
-    return [(times[start] + times[start + temporal - 1]) / 2 for start in range(0, len(times), temporal)]
+    times = [index / (fps or DEFAULT_FPS) for index in indices]
+    stamps = [(times[start] + times[start + temporal - 1]) / 2 for start in range(0, len(times), temporal)]
+    seconds = temporal / sampled_fps(fps, len(frame_indices), total_frames)
+    return VideoOutput(patches, torch.tensor([len(patches), height, width]), stamps, seconds)
 
 
 class VideoEncoder:
@@ -151,9 +168,7 @@ class VideoEncoder:
         return result
 
     def _output(self, clip: Clip, patches: list[dict[str, Any]]) -> VideoOutput:
-        height, width = (int(size) for size in patches[0]["grid"][1:])
-        grid = torch.tensor([len(patches), height, width])
-        return VideoOutput(patches, grid, _timestamps(clip, self.temporal), self.temporal / clip.sampled_fps)
+        return video_output(patches, clip.fps, clip.frame_indices, clip.total_frames, self.temporal)
 
     def _frame_pixels(self, frames: list[tuple[Clip, int]]) -> list[PixelOnlyCacheEntry]:
         """Per frame, its resized and normalised rows, through the pixel-only level."""

@@ -34,7 +34,13 @@ from visioncache.errors import (
     describe_input,
 )
 from visioncache.fingerprint import fingerprint, stable_json
-from visioncache.integrations.video_decode import VideoSource, decode_frames, probe_video, sample_indices
+from visioncache.integrations.video_decode import (
+    VideoSource,
+    VideoStream,
+    decode_frames,
+    probe_video,
+    sample_indices,
+)
 
 __all__ = [
     "Clip",
@@ -44,7 +50,12 @@ __all__ = [
     "VideoInput",
     "VideoSettings",
     "digest_item",
+    "file_digest",
+    "frame_digest",
     "patch_frames",
+    "rgb_frame",
+    "sample_file",
+    "sampled_fps",
 ]
 
 FrameInput = Image.Image | np.ndarray
@@ -128,10 +139,25 @@ class Clip:
 
     @property
     def sampled_fps(self) -> float:
-        """Sampled frames per second, as transformers' ``VideoMetadata.sampled_fps``."""
-        if self.fps is None or self.total_frames is None:
-            return self.fps or DEFAULT_FPS
-        return len(self.frame_indices) / self.total_frames * self.fps
+        return sampled_fps(self.fps, len(self.frame_indices), self.total_frames)
+
+
+def sampled_fps(fps: float | None, frame_count: int, total_frames: int | None) -> float:
+    """Sampled frames per second, as transformers' ``VideoMetadata.sampled_fps``."""
+    if fps is None or total_frames is None:
+        return fps or DEFAULT_FPS
+    return frame_count / total_frames * fps
+
+
+def sample_file(
+    source: VideoSource, settings: VideoSettings, temporal_patch_size: int
+) -> tuple[list[np.ndarray], list[int], VideoStream]:
+    """A video file's frames sampled by ``settings``, their indices, and the stream's facts."""
+    stream = probe_video(source)
+    indices = sample_indices(
+        stream, settings.fps, settings.min_frames, settings.max_frames, temporal_patch_size
+    )
+    return decode_frames(source, indices), indices, stream
 
 
 def patch_frames(frame_count: int, first: int, temporal_patch_size: int) -> list[int]:
@@ -169,7 +195,7 @@ class ClipResolver:
         sources = [_classify(video) for video in videos]
         files = [(at, source) for at, source in enumerate(sources) if not isinstance(source, VideoFrames)]
         items = [
-            digest_item("visioncache/video/file/v1", [self.settings_digest, _file_digest(source)])
+            digest_item("visioncache/video/file/v1", [self.settings_digest, file_digest(source)])
             for _, source in files
         ]
         by_item = {item.tobytes(): source for item, (_, source) in zip(items, files, strict=True)}
@@ -188,12 +214,7 @@ class ClipResolver:
         self, source: VideoSource, decoded: dict[bytes, list[np.ndarray]], item: bytes
     ) -> PixelOnlyCacheEntry:
         """Decode a file the cache does not know: its sampled frames' digests and sampling facts."""
-        settings = self.settings
-        stream = probe_video(source)
-        indices = sample_indices(
-            stream, settings.fps, settings.min_frames, settings.max_frames, self.temporal_patch_size
-        )
-        frames = decode_frames(source, indices)
+        frames, indices, stream = sample_file(source, self.settings, self.temporal_patch_size)
         decoded[item] = frames
         self.decoded_files += 1
         index = {
@@ -250,7 +271,7 @@ def _frames_clip(video: VideoFrames) -> Clip:
     return Clip([frame_digest(frame) for frame in frames], indices, video.fps, None, lambda: frames, frames)
 
 
-def _file_digest(source: VideoSource) -> bytes:
+def file_digest(source: VideoSource) -> bytes:
     """The digest of a video file's bytes (a path is hashed through mmap, not read into memory)."""
     hasher = blake3()
     try:
