@@ -41,7 +41,7 @@ from mlx_vlm.utils import prepare_inputs
 from PIL import Image
 
 from visioncache import VisionEmbeddingCache  # step 1: was vllm_mlx.vision_embedding_cache
-from visioncache.integrations.mlx_random_model import build_random_model, chat_prompt
+from visioncache.bench.mlx_random_model import build_random_model, chat_prompt
 from visioncache.integrations.mlx_vlm import cache_namespace, prepare_inputs_with_features
 
 MODEL_NAME = "random-weights-qwen2-vl-tiny"  # names the weights; a real engine: repo id + revision
@@ -56,15 +56,23 @@ class ReferenceEngine:
     def prepare(self, images: list[str], prompt: str) -> dict[str, Any]:
         entry = self.cache.get_pixel_cache(images, prompt)
         if entry is not None:
-            return {"input_ids": entry.input_ids, "attention_mask": entry.attention_mask,
-                    "pixel_values": entry.pixel_values, "image_grid_thw": entry.image_grid_thw}  # fmt: skip
+            return {
+                "input_ids": entry.input_ids,
+                "attention_mask": entry.attention_mask,
+                "pixel_values": entry.pixel_values,
+                "image_grid_thw": entry.image_grid_thw,
+            }
         start = time.perf_counter()
         inputs = prepare_inputs(self.processor, images=images, prompts=[prompt])  # type: ignore[no-untyped-call]
         self.cache.set_pixel_cache(
-            images, prompt, inputs["pixel_values"], inputs["input_ids"],
-            attention_mask=inputs["attention_mask"], image_grid_thw=inputs["image_grid_thw"],
+            images,
+            prompt,
+            inputs["pixel_values"],
+            inputs["input_ids"],
+            attention_mask=inputs["attention_mask"],
+            image_grid_thw=inputs["image_grid_thw"],
             processing_time=time.perf_counter() - start,
-        )  # fmt: skip
+        )
         return dict(inputs)
 
     def next_token_logits(self, images: list[str], prompt: str) -> mx.array:
@@ -111,9 +119,11 @@ def main() -> dict[str, list[mx.array]]:
             stats = engine.cache.get_stats()
             pairs = zip(results[name], results["no cache"], strict=True)
             same = all(mx.array_equal(ours, expected).item() for ours, expected in pairs)
-            print(f"{name:>8}: same logits as no cache: {same}; prompt-keyed hits: "
-                  f"{stats['pixel_cache_hits']}; images whose vision features were reused: "
-                  f"{stats['embedding_cache_hits']}")  # fmt: skip
+            print(
+                f"{name:>8}: same logits as no cache: {same}; prompt-keyed hits: "
+                f"{stats['pixel_cache_hits']}; images whose vision features were reused: "
+                f"{stats['embedding_cache_hits']}"
+            )
     return results
 
 

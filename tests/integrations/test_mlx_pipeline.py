@@ -1,4 +1,4 @@
-"""visioncache.integrations.mlx_pipeline: the bench's three modes agree on logits and differ in work."""
+"""visioncache.bench.mlx_pipeline: the bench's three modes agree on logits and differ in work."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ pytest.importorskip("mlx.core", reason="mlx cannot be imported here (pip install
 pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip install 'visioncache[mlx]')")
 
 from visioncache import ConfigurationError
-from visioncache.integrations.mlx_pipeline import (
+from visioncache.bench.mlx_pipeline import (
     IMAGE_PLACEHOLDER,
     MODES,
     MlxPipeline,

@@ -25,13 +25,13 @@ from mlx_vlm import utils as mlx_vlm_utils  # noqa: E402
 from mlx_vlm.generate import generate_step  # noqa: E402
 
 from visioncache import ConfigurationError, VisionEmbeddingCache  # noqa: E402
-from visioncache.errors import PlaceholderMismatchError  # noqa: E402
-from visioncache.integrations import mlx_vlm  # noqa: E402
-from visioncache.integrations.mlx_random_model import (  # noqa: E402
+from visioncache.bench.mlx_random_model import (  # noqa: E402
     build_random_model,
     build_random_processor,
     chat_prompt,
 )
+from visioncache.errors import PlaceholderMismatchError  # noqa: E402
+from visioncache.integrations import mlx_vlm  # noqa: E402
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl"]
 
@@ -263,6 +263,33 @@ def test_cache_without_matching_namespace_is_refused() -> None:
     cache = new_cache(model, build_random_processor("qwen2_vl"))
     with pytest.raises(ConfigurationError, match="namespace"):
         mlx_vlm.prepare_inputs(processor, images=images, prompts=prompt, cache=cache)
+
+
+def test_namespace_check_is_structural_not_a_substring_test() -> None:
+    """Regression (issue #10): the check was ``";processor=<fp>" in namespace``, so a namespace that
+    merely contained the right fingerprint (in a longer field, or inside the model name) passed."""
+    processor = build_random_processor("qwen2_vl")
+    fields = mlx_vlm.parse_namespace(mlx_vlm.cache_namespace("org/model;rev=1", processor))
+    assert fields is not None and fields.model_name == "org/model;rev=1" and fields.model is None
+    other = build_random_processor("qwen2_vl")
+    other.image_processor.max_pixels = 28 * 28 * 64
+    other_fields = mlx_vlm.parse_namespace(mlx_vlm.cache_namespace("m", other))
+    assert other_fields is not None and other_fields.processor != fields.processor
+    impostors = [
+        f"mlx-vlm:m;processor={fields.processor}0",  # the right fingerprint as a prefix of the field
+        f"mlx-vlm:m;processor={fields.processor};x;processor={other_fields.processor}",  # in the name
+        f"cache mlx-vlm:m;processor={fields.processor}",  # not a cache_namespace at all
+    ]
+    for namespace in impostors:
+        with pytest.raises(ConfigurationError, match="namespace"):
+            mlx_vlm.prepare_inputs(
+                processor,
+                images=make_images(1),
+                prompts=chat_prompt("a", 1),
+                cache=VisionEmbeddingCache(namespace=namespace),
+            )
+    accepted = VisionEmbeddingCache(namespace=mlx_vlm.cache_namespace("org/model;rev=1", processor))
+    mlx_vlm.prepare_inputs(processor, images=make_images(1), prompts=chat_prompt("a", 1), cache=accepted)
 
 
 def test_unsupported_family_and_processor_raise_configuration_error() -> None:

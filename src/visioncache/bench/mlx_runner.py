@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from visioncache.bench.mlx_pipeline import IMAGE_PLACEHOLDER, MODES, MlxPipeline
 from visioncache.bench.report import ModeResult
 from visioncache.bench.workload import Workload, chat_prompt
-from visioncache.integrations.mlx_pipeline import IMAGE_PLACEHOLDER, MODES, MlxPipeline
 
 __all__ = ["run_modes"]
 

@@ -9,15 +9,12 @@ scheduler step) free. Each image owns ``prod(grid) // spatial_merge_size**2`` ro
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from blake3 import blake3
-
-from visioncache.entries import PixelOnlyCacheEntry
-from visioncache.errors import ConfigurationError
+from visioncache import ConfigurationError, PixelOnlyCacheEntry
+from visioncache.fingerprint import fingerprint, stable_json
 from visioncache.integrations.mlx_imports import import_mlx
 
 __all__ = [
@@ -53,8 +50,7 @@ def _tower_dtype(model: Any) -> Any:
 def model_fingerprint(model: Any) -> str:
     """A digest of the model's configuration and vision-tower dtype (both shape the features)."""
     settings = {"config": dataclasses.asdict(model.config), "vision_dtype": str(_tower_dtype(model))}
-    text = json.dumps(settings, sort_keys=True, default=lambda item: type(item).__qualname__)
-    return blake3(text.encode()).hexdigest()[:32]
+    return fingerprint(["mlx-vlm model", stable_json(settings)], hex_chars=32)
 
 
 def run_vision_tower(model: Any, pixel_values: Any, image_grid_thw: Any) -> Any:

@@ -11,7 +11,6 @@ exactly what ``mlx_vlm.utils.prepare_inputs`` produces for the same inputs.
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import time
@@ -19,10 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from blake3 import blake3
 
-from visioncache.entries import PixelOnlyCacheEntry
-from visioncache.errors import ConfigurationError, PlaceholderMismatchError
+from visioncache import ConfigurationError, PixelOnlyCacheEntry, PlaceholderMismatchError
+from visioncache.fingerprint import fingerprint, stable_json
 from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
 
 __all__ = [
@@ -48,12 +46,6 @@ def check_processor(processor: Any) -> None:
         )
 
 
-def _stable_json(value: object) -> str:
-    # Non-JSON values (e.g. enums, nested objects) are named by type: repr() could embed a memory
-    # address and make the fingerprint differ between two identical processors.
-    return json.dumps(value, sort_keys=True, default=lambda item: type(item).__qualname__)
-
-
 def processor_fingerprint(processor: Any) -> str:
     """A digest of everything in ``processor`` that shapes pixel values and placeholder expansion.
 
@@ -69,7 +61,7 @@ def processor_fingerprint(processor: Any) -> str:
         },
         "image_token": processor.image_token,
     }
-    return blake3(_stable_json(settings).encode()).hexdigest()[:32]
+    return fingerprint(["mlx-vlm processor", stable_json(settings)], hex_chars=32)
 
 
 def _load_image(image: Any, image_processor: Any) -> Any:

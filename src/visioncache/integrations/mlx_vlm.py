@@ -23,12 +23,12 @@ computed under another configuration.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from visioncache.cache import VisionEmbeddingCache
-from visioncache.entries import PixelOnlyCacheEntry
-from visioncache.errors import ConfigurationError
+from visioncache import ConfigurationError, PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.integrations.mlx_features import (
     SUPPORTED_MODEL_TYPES,
     check_model,
@@ -48,10 +48,12 @@ from visioncache.integrations.mlx_processing import (
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "FeatureEncoder",
+    "NamespaceFields",
     "cache_namespace",
     "cached_pixel_entries",
     "image_feature_encoder",
     "inputs_from_features",
+    "parse_namespace",
     "prepare_inputs",
     "prepare_inputs_with_features",
 ]
@@ -77,13 +79,39 @@ def cache_namespace(model_name: str, processor: Any, model: Any | None = None) -
     return namespace
 
 
+@dataclass(frozen=True)
+class NamespaceFields:
+    """The parts of a namespace built by ``cache_namespace``."""
+
+    model_name: str
+    processor: str  # processor_fingerprint(processor)
+    model: str | None  # model_fingerprint(model), when the namespace names a model
+
+
+# The fingerprints are the last fields and hex, so a model name holding ";" or "=" parses unchanged.
+_NAMESPACE = re.compile(
+    r"mlx-vlm:(?P<name>.+);processor=(?P<processor>[0-9a-f]+)(?:;model=(?P<model>[0-9a-f]+))?"
+)
+
+
+def parse_namespace(namespace: str) -> NamespaceFields | None:
+    """The fields of a ``cache_namespace`` result, or None for any other namespace."""
+    match = _NAMESPACE.fullmatch(namespace)
+    if match is None:
+        return None
+    return NamespaceFields(match["name"], match["processor"], match["model"])
+
+
 def _check_namespace(cache: VisionEmbeddingCache, processor: Any, model: Any | None) -> None:
     if not cache.enabled:
         return  # nothing is read or stored, so nothing can be served under a wrong identity
-    required = [f";processor={processor_fingerprint(processor)}"]
-    if model is not None:
-        required.append(f";model={model_fingerprint(model)}")
-    if not all(part in cache.namespace for part in required):
+    fields = parse_namespace(cache.namespace)
+    matches = (
+        fields is not None
+        and fields.processor == processor_fingerprint(processor)
+        and (model is None or fields.model == model_fingerprint(model))
+    )
+    if not matches:
         raise ConfigurationError(
             f"the cache's namespace {cache.namespace!r} does not name this "
             f"{'model and processor' if model is not None else 'processor'} configuration; "

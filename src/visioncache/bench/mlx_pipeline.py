@@ -39,13 +39,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from visioncache.bench.mlx_random_model import build_random_model, chat_prompt
 from visioncache.cache import VisionEmbeddingCache
 from visioncache.entries import PixelOnlyCacheEntry
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.mlx_features import encode_pixel_entries, feature_check, run_vision_tower
 from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
 from visioncache.integrations.mlx_processing import preprocess_images
-from visioncache.integrations.mlx_random_model import build_random_model, chat_prompt
 from visioncache.integrations.mlx_vlm import cache_namespace, inputs_from_features
 
 __all__ = ["IMAGE_PLACEHOLDER", "MODES", "MlxPipeline", "RequestResult", "build_random_model"]
@@ -120,17 +120,25 @@ class MlxPipeline:
         start = time.perf_counter()
         entry = cache.get_pixel_cache(images, prompt) if cache is not None and images else None
         if entry is not None:
-            inputs = {"input_ids": entry.input_ids, "attention_mask": entry.attention_mask,
-                      "pixel_values": entry.pixel_values, "image_grid_thw": entry.image_grid_thw}  # fmt: skip
+            inputs = {
+                "input_ids": entry.input_ids,
+                "attention_mask": entry.attention_mask,
+                "pixel_values": entry.pixel_values,
+                "image_grid_thw": entry.image_grid_thw,
+            }
         else:
             inputs = dict(utils.prepare_inputs(self.processor, images=images or None, prompts=[prompt]))
             result.images_preprocessed = len(images)
             if cache is not None and images:
                 cache.set_pixel_cache(
-                    images, prompt, inputs["pixel_values"], inputs["input_ids"],
-                    attention_mask=inputs["attention_mask"], image_grid_thw=inputs["image_grid_thw"],
+                    images,
+                    prompt,
+                    inputs["pixel_values"],
+                    inputs["input_ids"],
+                    attention_mask=inputs["attention_mask"],
+                    image_grid_thw=inputs["image_grid_thw"],
                     processing_time=time.perf_counter() - start,
-                )  # fmt: skip
+                )
         encode_start = time.perf_counter()
         result.preprocess_s = encode_start - start
         if images:

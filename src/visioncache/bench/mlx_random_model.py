@@ -15,26 +15,43 @@ from typing import Any, Literal
 from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
 
 __all__ = [
+    "IMAGE_MEAN",
+    "IMAGE_STD",
     "SPECIAL_TOKENS",
+    "WORDS",
     "Family",
     "Size",
     "build_random_model",
     "build_random_processor",
+    "build_tokenizer",
     "chat_prompt",
+    "checkpoint_config",
 ]
 
 Family = Literal["qwen2_vl", "qwen2_5_vl"]
 Size = Literal["tiny", "full"]
 
 SPECIAL_TOKENS = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|image_pad|>", "<|video_pad|>", "<unk>",
-)  # fmt: skip
-_WORDS = ("describe", "the", "image", "what", "is", "in", "this", "picture", "a", "cat", "dog", "user",
-          "assistant", "and", "compare")  # fmt: skip
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<unk>",
+)
+# Enough plain words that chat templates and the model's random answers are mostly words.
+WORDS = (
+    *("describe", "the", "image", "what", "is", "in", "this", "picture", "a", "cat", "dog", "user"),
+    *("assistant", "system", "and", "compare", "you", "are", "helpful", "look", "at", "photo", "color"),
+    *("red", "green", "blue", "big", "small", "left", "right", "top", "bottom", "one", "two", "three"),
+    *("it", "has", "of", "on", "with", "shape", "tree", "house", "car", "sky", "sea", "person"),
+    *("animal", "light", "dark", "near", "far", "yes", "no"),
+)
 # Qwen2-VL's CLIP normalisation; the numpy image processor defaults to 0.5.
-_IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
-_IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
+IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
+IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
 _PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
 
 
@@ -44,12 +61,13 @@ def chat_prompt(question: str, num_images: int = 1) -> str:
     return f"<|im_start|> user {vision}{question} <|im_end|> <|im_start|> assistant"
 
 
-def _build_tokenizer() -> Any:
+def build_tokenizer() -> Any:
+    """A word-level tokenizer over the Qwen special tokens and ``WORDS`` (no files)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     # Imported as Any: transformers' tokenizer classes are untyped for mypy --strict.
     transformers: Any = importlib.import_module("transformers")
-    vocabulary = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *_WORDS])}
+    vocabulary = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *WORDS])}
     word_level = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="<unk>"))
     word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = transformers.PreTrainedTokenizerFast(
@@ -66,21 +84,23 @@ def _build_tokenizer() -> Any:
 
 def build_random_processor(family: Family = "qwen2_vl") -> Any:
     """The family's mlx-vlm processor over a word-level tokenizer built in code (no files)."""
-    return _build_processor(family, _build_tokenizer())
+    return _build_processor(family, build_tokenizer())
 
 
 def _build_processor(family: Family, tokenizer: Any) -> Any:
     # mlx-vlm's torch-free numpy image processor; the Qwen2 and Qwen2.5 processors share it.
     image_processing: Any = importlib.import_module("mlx_vlm.models.qwen3_vl.processing_qwen3_vl")
     image_processor = image_processing.Qwen3VLImageProcessor(
-        patch_size=14, merge_size=2, image_mean=_IMAGE_MEAN, image_std=_IMAGE_STD
+        patch_size=14, merge_size=2, image_mean=IMAGE_MEAN, image_std=IMAGE_STD
     )
     processing: Any = importlib.import_module(f"mlx_vlm.models.{family}.processing_{family}")
     processor_class = getattr(processing, _PROCESSOR_CLASSES[family])
     return processor_class(image_processor=image_processor, tokenizer=tokenizer, video_processor=None)
 
 
-def _model_config(family: Family, size: Size, tokenizer: Any) -> dict[str, Any]:
+def checkpoint_config(family: Family, size: Size, tokenizer: Any) -> dict[str, Any]:
+    """The model's config.json contents (text settings repeated at the top level, as mlx-vlm's
+    Qwen2.5-VL loader reads them there)."""
     tiny = size == "tiny"
     text: dict[str, Any] = {
         "hidden_size": 64 if tiny else 1536,
@@ -98,14 +118,23 @@ def _model_config(family: Family, size: Size, tokenizer: Any) -> dict[str, Any]:
             if tiny
             else {"depth": 32, "embed_dim": 1280, "num_heads": 16, "hidden_size": 1536}
         )
+    elif tiny:
+        vision = {
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "out_hidden_size": 64,
+            "num_heads": 4,
+            "fullatt_block_indexes": [1],
+        }
     else:
-        vision = (
-            {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "out_hidden_size": 64,
-             "num_heads": 4, "fullatt_block_indexes": [1]}
-            if tiny
-            else {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
-                  "out_hidden_size": 1536, "num_heads": 16}
-        )  # fmt: skip
+        vision = {
+            "depth": 32,
+            "hidden_size": 1280,
+            "intermediate_size": 3420,
+            "out_hidden_size": 1536,
+            "num_heads": 16,
+        }
     token_ids = {name: tokenizer.convert_tokens_to_ids(name) for name in SPECIAL_TOKENS}
     return {
         "model_type": family,
@@ -130,8 +159,8 @@ def build_random_model(
     """
     mx = import_mlx()
     utils: Any = import_mlx_vlm_utils()
-    tokenizer = _build_tokenizer()
-    config = _model_config(family, size, tokenizer)
+    tokenizer = build_tokenizer()
+    config = checkpoint_config(family, size, tokenizer)
     family_module = importlib.import_module(f"mlx_vlm.models.{family}")
     model_config = family_module.ModelConfig.from_dict(dict(config))
     model_config = utils.update_module_configs(model_config, family_module, config, ["text", "vision"])
