@@ -89,7 +89,7 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
             raise ConfigurationError("--model is not supported with --engine mlx (random weights only)")
         try:
             from visioncache.bench import mlx_runner
-            from visioncache.integrations.mlx_pipeline import build_random_model
+            from visioncache.bench.mlx_pipeline import build_random_model
 
             model, processor = build_random_model("qwen2_vl", args.vision, dtype=args.dtype)
         except ImportError as error:
