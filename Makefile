@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS := hf,mlx,redis,metrics,dev
+EXTRAS := hf,mlx,redis,metrics,dev,vllm-mlx-deps
+# vllm-mlx without its declared dependencies: see the vllm-mlx-deps extra in pyproject.toml.
+VLLM_MLX := vllm-mlx==0.6.0
 # torch==2.13.0 is pinned by constraints.txt: an unpinned torch can pull a multi-GB CUDA build.
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 
@@ -17,6 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP_INSTALL) --upgrade pip
 	$(PIP_INSTALL) torch==2.13.0
 	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
+	$(PIP_INSTALL) --no-deps $(VLLM_MLX)
 	touch $@
 
 redis-server:
