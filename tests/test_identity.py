@@ -194,3 +194,27 @@ def test_oversize_input_raises_before_reading(settled_file, make_png):
 
 def test_empty_list_hash_is_no_images():
     assert compute_images_hash([]) == "no_images"
+
+
+# ---- base64 decoded in place ---------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["data:x;base64,QUJD", "é-not ascii,QUJD", "short"])
+def test_ascii_tail_is_the_slice(text):
+    from visioncache.ascii_view import ascii_tail
+
+    for start in range(len(text) + 1):
+        tail = ascii_tail(text, start)
+        expected = text[start:]
+        assert (bytes(tail) == expected.encode()) if isinstance(tail, memoryview) else (tail == expected)
+
+
+def test_data_url_payload_is_not_copied_out_of_the_url(make_png, monkeypatch):
+    import visioncache.identity as identity
+
+    decoded_types = []
+    real_decode = identity.pybase64.b64decode
+    monkeypatch.setattr(
+        identity.pybase64, "b64decode", lambda s, **k: decoded_types.append(type(s)) or real_decode(s, **k)
+    )
+    data = make_png(3)
+    assert compute_image_hash(data_url(data)) == compute_image_hash(data)
+    assert decoded_types == [memoryview]
