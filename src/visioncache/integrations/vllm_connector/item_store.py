@@ -1,0 +1,111 @@
+"""The store both halves of the connector share: vLLM item identifiers -> encoder outputs.
+
+This is the connector's one adapter to visioncache's core (tiers, keys, serialisation), kept
+small so the core can change under it. A key is the item's identifier (vLLM's ``mm_hash``, LoRA
+prefix included) hashed in its own domain, inside the namespace of the deployment (`namespace`).
+Values are the encoder output tensor and the seconds it cost, stored as safetensors + JSON
+(bf16 exact, never pickled), checked by a digest or an HMAC on every read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+from blake3 import blake3
+
+from visioncache.integrations.vllm_connector.config import ConnectorConfig
+from visioncache.keys import KeyBuilder
+from visioncache.tiers.base import Tier
+from visioncache.tiers.chain import TierChain
+from visioncache.tiers.disk import DiskTier
+from visioncache.tiers.stats import ChainStats
+
+__all__ = ["LEVEL", "ItemStore", "build_chain", "is_engine_hash"]
+
+LEVEL = "vllm-ec"
+_ITEM_ID_DOMAIN = "visioncache/vllm-item-id/v1"
+# vLLM's own item hashes: hex blake3/sha256 (64) or sha512 (128), after an optional "lora_name:".
+_ENGINE_HASH = re.compile(r"(?:[^:]+:)?(?:[0-9a-f]{64}|[0-9a-f]{128})")
+
+
+def is_engine_hash(identifier: str) -> bool:
+    """Whether ``identifier`` is a content hash vLLM computed (not a client's multi_modal_uuid)."""
+    return _ENGINE_HASH.fullmatch(identifier) is not None
+
+
+def build_chain(config: ConnectorConfig) -> TierChain:
+    """The tiers named by ``config``: disk first (local, fast), then Redis/Valkey (shared)."""
+    tiers: list[Tier] = []
+    if config.disk_dir is not None:
+        tiers.append(DiskTier(config.disk_dir, config.disk_max_bytes))
+    if config.redis_url is not None:
+        from visioncache.tiers.redis import RedisTier  # redis-py is the optional [redis] extra
+
+        tiers.append(
+            RedisTier(
+                config.redis_url,
+                key_prefix=config.redis_prefix,
+                ttl_seconds=config.redis_ttl_seconds,
+                socket_timeout=config.redis_timeout,
+                cluster=config.redis_cluster,
+            )
+        )
+    return TierChain(
+        tiers,
+        secrets=config.secrets,
+        retry_interval=config.retry_interval,
+        max_pending_write_bytes=config.max_pending_write_bytes,
+    )
+
+
+class ItemStore:
+    """Encoder outputs by vLLM item identifier, in one namespace, over a `TierChain`."""
+
+    def __init__(self, chain: TierChain, namespace: str, *, trust_client_uuids: bool = False) -> None:
+        self.chain = chain
+        self.namespace = namespace
+        self._keys = KeyBuilder(namespace)
+        self._trust_client_uuids = trust_client_uuids
+        chain.register_namespace(self._keys.tag, namespace)
+
+    def cacheable(self, identifier: str) -> bool:
+        """Client-chosen identifiers name content only by the client's word: skipped unless trusted."""
+        return self._trust_client_uuids or is_engine_hash(identifier)
+
+    def key(self, identifier: str) -> str:
+        digest = blake3(identifier.encode("utf-8", "surrogatepass"), derive_key_context=_ITEM_ID_DOMAIN)
+        return self._keys.image_key(LEVEL, digest.digest())
+
+    def load(
+        self, identifier: str, *, num_embeds: int | None, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, float] | None:
+        """The stored output of ``identifier`` if intact and of the expected length and dtype."""
+        entry = self.chain.load_entry(self.key(identifier))
+        if entry is None:
+            return None
+        value, cost = entry
+        if not _fits(value, num_embeds, dtype):
+            return None
+        return value, cost
+
+    def save(self, identifier: str, output: torch.Tensor, cost: float) -> bool:
+        """Queue a host copy of ``output`` for the background writer; False if dropped."""
+        return self.chain.save_entry(self.key(identifier), output, cost)
+
+    def stats(self) -> ChainStats:
+        return self.chain.stats()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self.chain.flush(timeout)
+
+    def close(self) -> None:
+        self.chain.close()
+
+
+def _fits(value: Any, num_embeds: int | None, dtype: torch.dtype) -> bool:
+    """A stored value is served only as the tensor this request's placeholders expect."""
+    if not isinstance(value, torch.Tensor) or value.ndim < 1 or value.dtype != dtype:
+        return False
+    return num_embeds is None or value.shape[0] == num_embeds

@@ -1,0 +1,93 @@
+"""The namespace of the connector's keys: what shapes an encoder output beyond vLLM's item hash.
+
+vLLM's item identifier (``mm_hash``) covers the media, the processor kwargs of the request and the
+model *name*, which is only a path or a repository id. Two servers sharing one Redis could serve
+different weights under one name, or one model in two dtypes. So every key also carries a
+namespace built from the weights' content (every weight file, hashed with blake3), the model and
+processor configuration, the dtype, vLLM's hash algorithm and vLLM's version (kernels change
+outputs). Equal deployments derive equal namespaces on every host and across restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from blake3 import blake3
+
+from visioncache.errors import ConfigurationError
+from visioncache.fingerprint import fingerprint
+
+__all__ = ["VALUE_FORMAT", "namespace_for", "weights_digest"]
+
+# Bump when the layout of a stored encoder output changes.
+VALUE_FORMAT = "visioncache.vllm-ec/v1"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_CONFIG_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+_CHUNK = 8 * 2**20
+_memo: dict[tuple[object, ...], str] = {}
+_memo_lock = threading.Lock()
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    return sorted(
+        path for path in directory.rglob("*") if path.is_file() and path.name.endswith(_WEIGHT_SUFFIXES)
+    )
+
+
+def weights_digest(directory: str | os.PathLike[str]) -> str:
+    """blake3 over every weight file's relative name and bytes; memoised per process by the files'
+    (name, size, mtime_ns), so the scheduler and a worker in one process hash once."""
+    root = Path(directory)
+    files = _weight_files(root) if root.is_dir() else []
+    if not files:
+        raise ConfigurationError(
+            f"VisionCacheECConnector: no weight files under {str(root)!r} to derive the cache namespace "
+            "from; set 'namespace' in ec_connector_extra_config to name the weights yourself"
+        )
+    identity = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
+    with _memo_lock:
+        if identity in _memo:
+            return _memo[identity]
+    hasher = blake3(max_threads=blake3.AUTO)
+    for path in files:
+        hasher.update(str(path.relative_to(root)).encode() + b"\0")
+        with path.open("rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                hasher.update(chunk)
+    digest = hasher.hexdigest()
+    with _memo_lock:
+        _memo[identity] = digest
+    return digest
+
+
+def _processor_files(directory: Path) -> Iterable[str]:
+    for name in _CONFIG_FILES:
+        path = directory / name
+        yield f"{name}={path.read_text() if path.is_file() else ''}"
+
+
+def namespace_for(
+    *,
+    model_directory: str | os.PathLike[str],
+    model_config_json: str,
+    processor_kwargs_json: str,
+    dtype: str,
+    hash_algorithm: str,
+    engine_version: str,
+) -> str:
+    """``vllm-ec/<fingerprint>``: readable prefix, 256-bit fingerprint of everything above."""
+    directory = Path(model_directory)
+    parts = [
+        VALUE_FORMAT,
+        f"weights={weights_digest(directory)}",
+        f"config={model_config_json}",
+        f"processor_kwargs={processor_kwargs_json}",
+        *_processor_files(directory),
+        f"dtype={dtype}",
+        f"mm_hash_algorithm={hash_algorithm}",
+        f"vllm={engine_version}",
+    ]
+    return f"vllm-ec/{fingerprint(parts)}"

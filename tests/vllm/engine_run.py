@@ -1,0 +1,133 @@
+"""Run workloads through one in-process vLLM engine and write what happened as JSON.
+
+``python -m tests.vllm.engine_run --model DIR --out result.json [--ec-config JSON] [--budget N]
+[--workload main|other ...]``. Started as a subprocess by the tests and the benchmark: one engine
+per process (vLLM keeps per-process globals), in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``:
+3-4 s to start instead of 20-40 s). Reports, per workload: greedy token ids and top-5 logprobs per
+request, failed requests, items the vision encoder encoded (counted by `encoder_counter`), and
+time to first token per request; plus the connector's counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.vllm.workload import MAIN, OTHER, WARM_UP_SEED, Workload, image_data_url
+
+WORKLOADS = {"main": MAIN, "other": OTHER}
+TOP_LOGPROBS = 5
+MAX_TOKENS = 6
+
+
+def engine_arguments(model: str, ec_config: dict[str, Any] | None, budget: int | None) -> dict[str, Any]:
+    """Arguments shared by the in-process engine and (as flags) the OpenAI server."""
+    arguments: dict[str, Any] = {
+        "model": model,
+        "dtype": "bfloat16",
+        "max_model_len": 4096,
+        "limit_mm_per_prompt": {
+            "image": max(w.max_images_per_request() for w in WORKLOADS.values()),
+            "video": 0,
+        },
+        "seed": 0,
+        "enforce_eager": True,
+        "gpu_memory_utilization": 0.1,
+    }
+    if budget is not None:
+        arguments["max_num_batched_tokens"] = budget
+    if ec_config is not None:
+        arguments["ec_transfer_config"] = ec_config
+    return arguments
+
+
+def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
+    from tests.vllm.encoder_counter import encoded_items
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=TOP_LOGPROBS)
+    before = encoded_items(log)
+    replies: dict[tuple[int, int], str] = {}
+    outputs, first_token_seconds, failed = [], [], 0
+    for user, turn in workload.requests():
+        started = time.perf_counter()
+        try:
+            result = llm.chat(workload.messages(user, turn, replies), params, use_tqdm=False)[0]
+        except Exception as error:  # counted: the tests require none
+            print(f"request failed: {error!r}", file=sys.stderr)
+            failed += 1
+            replies[(user, turn)] = ""
+            continue
+        metrics = getattr(result, "metrics", None)
+        first = getattr(metrics, "first_token_latency", None) if metrics is not None else None
+        first_token_seconds.append(first if first else time.perf_counter() - started)
+        completion = result.outputs[0]
+        replies[(user, turn)] = completion.text
+        outputs.append(
+            {
+                "token_ids": list(completion.token_ids),
+                "logprobs": [
+                    sorted((token, entry.logprob) for token, entry in step.items())
+                    for step in completion.logprobs
+                ],
+            }
+        )
+    return {
+        "encoded": encoded_items(log) - before,
+        "failed": failed,
+        "outputs": outputs,
+        "first_token_seconds": first_token_seconds,
+    }
+
+
+def warm_up(llm: Any) -> None:
+    """One request with an image no workload uses: the first request pays one-off kernel set-up."""
+    from vllm import SamplingParams
+
+    image = {"type": "image_url", "image_url": {"url": image_data_url(WARM_UP_SEED)}}
+    messages = [{"role": "user", "content": [image, {"type": "text", "text": "describe the image"}]}]
+    llm.chat(messages, SamplingParams(max_tokens=1), use_tqdm=False)
+
+
+def connector_totals(llm: Any) -> dict[str, float]:
+    """The scheduler-side connector's counters (in-process engine only)."""
+    core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
+    connector = getattr(getattr(core, "scheduler", None), "ec_connector", None)
+    return connector.totals() if connector is not None and hasattr(connector, "totals") else {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--ec-config")
+    parser.add_argument("--budget", type=int)
+    parser.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
+    args = parser.parse_args()
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    log = os.environ["VISIONCACHE_TEST_ENCODER_LOG"]
+
+    from tests.vllm.encoder_counter import install
+
+    install()
+    from vllm import LLM
+
+    ec_config = json.loads(args.ec_config) if args.ec_config else None
+    started = time.perf_counter()
+    llm = LLM(**engine_arguments(args.model, ec_config, args.budget))
+    result: dict[str, Any] = {"start_seconds": time.perf_counter() - started, "workloads": {}}
+    warm_up(llm)
+    for name in args.workload or ["main"]:
+        result["workloads"][name] = run_workload(llm, WORKLOADS[name], log)
+    result["connector"] = connector_totals(llm)
+    llm.llm_engine.engine_core.shutdown()
+    Path(args.out).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

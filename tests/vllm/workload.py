@@ -1,0 +1,83 @@
+"""The multi-user, multi-turn, multi-image chat workload the vLLM tests and benchmark send.
+
+Each user's conversation resends its history every turn (as OpenAI-style clients do), and users
+share images, so one image appears in many requests. Requests are sent one at a time, so every run
+batches identically and greedy outputs can be compared exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+QUESTIONS = ["describe the image", "what is in this picture", "compare these two images", "tell me about it"]
+SIZES = [(112, 140), (140, 112), (168, 168), (112, 112), (196, 140), (140, 196), (126, 154), (154, 126)]
+
+
+def image_data_url(seed: int) -> str:
+    """A random PNG (deterministic per seed) as a ``data:`` URL."""
+    width, height = SIZES[seed % len(SIZES)]
+    pixels = (np.random.default_rng(seed).random((height, width, 3)) * 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``users`` conversations of ``turns`` turns over images ``first_seed .. first_seed+distinct-1``."""
+
+    users: int = 3
+    turns: int = 4
+    distinct: int = 5
+    first_seed: int = 0
+
+    def turn_images(self, user: int, turn: int) -> list[int]:
+        """Seeds of the images the user adds at this turn (one or two, shared between users)."""
+        first = self.first_seed + (user + turn) % self.distinct
+        if turn % 2 == 1:
+            return [first, self.first_seed + (user + turn + 2) % self.distinct]
+        return [first]
+
+    def requests(self) -> list[tuple[int, int]]:
+        """(user, turn) in sending order: turn by turn, user by user."""
+        return [(user, turn) for turn in range(self.turns) for user in range(self.users)]
+
+    def messages(self, user: int, turn: int, replies: dict[tuple[int, int], str]) -> list[dict[str, Any]]:
+        """The conversation up to this turn; earlier turns carry the assistant's earlier replies."""
+        messages: list[dict[str, Any]] = []
+        for earlier in range(turn + 1):
+            content: list[dict[str, Any]] = [
+                {"type": "image_url", "image_url": {"url": image_data_url(seed)}}
+                for seed in self.turn_images(user, earlier)
+            ]
+            content.append({"type": "text", "text": QUESTIONS[(user + earlier) % len(QUESTIONS)]})
+            messages.append({"role": "user", "content": content})
+            if earlier < turn:
+                messages.append({"role": "assistant", "content": replies[(user, earlier)]})
+        return messages
+
+    @property
+    def images_sent(self) -> int:
+        return sum(
+            len(self.turn_images(user, earlier))
+            for user, turn in self.requests()
+            for earlier in range(turn + 1)
+        )
+
+    def max_images_per_request(self) -> int:
+        return max(
+            sum(len(self.turn_images(user, earlier)) for earlier in range(turn + 1))
+            for user, turn in self.requests()
+        )
+
+
+MAIN = Workload()
+WARM_UP_SEED = 999
+# The same shape over other images: what a second phase (or a fault test) sends.
+OTHER = Workload(first_seed=100)
