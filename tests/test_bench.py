@@ -22,6 +22,8 @@ from visioncache.bench.report import (
     report_json,
 )
 from visioncache.bench.workload import build_workload, chat_prompt
+from visioncache.stats import CacheStats
+from visioncache.store import StoreStats
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +110,14 @@ def test_prefill_percentiles_and_json_report() -> None:
     result = mode(
         "visioncache",
         [0.0] * 20,
-        stats={"embedding_hit_rate": 0.75, "pixel_cache_bytes": 10, "embedding_cache_bytes": 5},
+        stats=CacheStats(
+            levels={
+                "pixel": StoreStats(bytes=10),
+                "pixel_only": StoreStats(),
+                "encoding": StoreStats(),
+                "embedding": StoreStats(hits=3, misses=1, bytes=5),
+            }
+        ),
     )
     result.prefill_s = [float(i) for i in range(1, 21)]
     assert result.prefill_percentile(50) == pytest.approx(10.5)

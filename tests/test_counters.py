@@ -58,4 +58,4 @@ def test_store_hits_are_exact_under_threads_without_a_lock_on_the_hit_path():
 
     run_threads(8, work)
     stats = store.stats()
-    assert (stats["hits"], stats["misses"]) == (32_000, 8_000)
+    assert (stats.hits, stats.misses) == (32_000, 8_000)

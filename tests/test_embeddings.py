@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from visioncache import EncoderOutputError, VisionEmbeddingCache, compute_image_hash
+from visioncache.errors import InvalidArgumentError
 
 
 class Encoder:
@@ -72,7 +73,7 @@ def test_get_and_set_image_embeddings_round_trip_and_add_time_saved(make_png):
     got = cache.get_image_embeddings([b, a, make_png(3)])
     assert got[1] is value and got[2] is None
     assert cache.get_stats()["total_time_saved"] == pytest.approx(2.0)  # two hits of 1.0 s each
-    with pytest.raises(EncoderOutputError, match="1 values for 2 images"):
+    with pytest.raises(InvalidArgumentError, match="1 values for 2 images"):  # the caller's mistake
         cache.set_image_embeddings([a, b], [value])
 
 

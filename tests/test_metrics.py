@@ -1,26 +1,32 @@
-"""The Prometheus collector reads the cache's stats at scrape time: exact, never double counted."""
+"""The Prometheus collector reads the cache's typed snapshot at scrape time: exact, never double counted."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from visioncache.metrics import register_metrics
+from visioncache.stats import LEVELS, CacheStats
+from visioncache.store import StoreStats
+from visioncache.tiers.stats import ChainStats, TierStats
 
 
 class FakeCache:
     def __init__(self) -> None:
-        self.stats: dict[str, Any] = {
-            "pixel_cache_hits": 3, "pixel_cache_misses": 1, "pixel_cache_size": 2,
-            "pixel_cache_bytes": 4096, "pixel_cache_evictions": 5, "pixel_cache_rejections": 1,
-            "embedding_cache_hits": 7, "embedding_time_saved": 1.5, "total_time_saved": 2.25,
-            "pixel_hit_rate": 0.75,
-            "tiers": {"disk": {"hits": 4, "misses": 2, "errors": 0, "corrupt": 1, "bytes": 99},
-                      "redis": {"errors": 3}},
-        }  # fmt: skip
+        levels = dict.fromkeys(LEVELS, StoreStats())
+        levels["pixel"] = StoreStats(hits=3, misses=1, entries=2, bytes=4096, evictions=5, rejections=1)
+        levels["embedding"] = StoreStats(hits=7, time_saved=1.5, singleflight_waits=2, computed=4)
+        tiers = ChainStats(
+            tiers=(
+                TierStats("disk", hits=4, misses=2, corrupt=1, bytes=99, entries=3),
+                TierStats("redis", errors=3, skipped=8, breaker_open=True),
+            ),
+            writes_dropped=2,
+        )
+        self.stats = CacheStats(levels=levels, tiers=tiers)
 
-    def get_stats(self) -> dict[str, Any]:
+    def snapshot(self) -> CacheStats:
         return self.stats
 
 
@@ -35,12 +41,17 @@ def test_scrape_shows_the_cache_stats() -> None:
     assert sample("visioncache_cache_evictions_total", {"level": "pixel"}) == 5
     assert sample("visioncache_cache_rejections_total", {"level": "pixel"}) == 1
     assert sample("visioncache_cache_hits_total", {"level": "embedding"}) == 7
+    assert sample("visioncache_cache_singleflight_waits_total", {"level": "embedding"}) == 2
+    assert sample("visioncache_cache_computed_total", {"level": "embedding"}) == 4
     assert sample("visioncache_time_saved_seconds_total", {"level": "embedding"}) == 1.5
-    assert sample("visioncache_total_time_saved_seconds_total") == 2.25
+    assert sample("visioncache_cache_hits_total", {"level": "encoding"}) == 0
     assert sample("visioncache_tier_corrupt_total", {"tier": "disk"}) == 1
     assert sample("visioncache_tier_errors_total", {"tier": "redis"}) == 3
+    assert sample("visioncache_tier_skipped_total", {"tier": "redis"}) == 8
+    assert sample("visioncache_tier_breaker_open", {"tier": "redis"}) == 1
     assert sample("visioncache_tier_bytes", {"tier": "disk"}) == 99
-    assert sample("visioncache_cache_hits_total", {"level": "encoding"}) is None  # missing: skipped
+    assert sample("visioncache_tier_bytes", {"tier": "redis"}) is None  # Redis does not know: no sample
+    assert sample("visioncache_tier_writes_dropped_total") == 2
 
 
 def test_each_scrape_reads_current_values_without_accumulating() -> None:
@@ -49,18 +60,18 @@ def test_each_scrape_reads_current_values_without_accumulating() -> None:
     generate_latest(registry)
     generate_latest(registry)
     assert registry.get_sample_value("visioncache_cache_hits_total", {"level": "pixel"}) == 3
-    cache.stats["pixel_cache_hits"] = 10
+    levels = dict(cache.stats.levels, pixel=StoreStats(hits=10))
+    cache.stats = replace(cache.stats, levels=levels)
     assert registry.get_sample_value("visioncache_cache_hits_total", {"level": "pixel"}) == 10
 
 
-def test_empty_stats_scrape_cleanly() -> None:
-    class Empty:
-        def get_stats(self) -> dict[str, Any]:
-            return {}
-
+def test_a_cache_without_tiers_scrapes_cleanly() -> None:
+    cache = FakeCache()
+    cache.stats = replace(cache.stats, tiers=None)
     registry = CollectorRegistry()
-    register_metrics(Empty(), registry)
-    assert b"visioncache_cache_hits" in generate_latest(registry)
+    register_metrics(cache, registry)
+    text = generate_latest(registry)
+    assert b"visioncache_cache_hits" in text and b"visioncache_tier_" not in text
 
 
 def test_real_cache_scrapes() -> None:

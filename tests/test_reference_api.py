@@ -298,7 +298,7 @@ def test_namespace_and_salt_separate_entries(make_png):
     image = make_png(1)
     caches = [VisionEmbeddingCache(namespace="m1"), VisionEmbeddingCache(namespace="m2"),
               VisionEmbeddingCache(namespace="m1", salt="tenant-a")]  # fmt: skip
-    keys = {cache._key("pixel", [image], "p") for cache in caches}
+    keys = {cache.key("pixel", [image], "p") for cache in caches}
     assert len(keys) == 3
 
 

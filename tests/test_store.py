@@ -19,7 +19,7 @@ def test_entry_bound_evicts_least_recently_used():
     assert store.get("a") == 1  # a is now most recently used
     store.put("c", 3)
     assert "b" not in store and "a" in store and "c" in store
-    assert store.stats()["evictions"] == 1
+    assert store.stats().evictions == 1
 
 
 def test_byte_bound_evicts_until_the_new_value_fits():
@@ -28,7 +28,7 @@ def test_byte_bound_evicts_until_the_new_value_fits():
         store.put(key, array(40))
     assert len(store) == 2 and store.nbytes == 80 and "a" not in store
     store.put("d", array(90))
-    assert list(store.stats()[k] for k in ("size", "bytes")) == [1, 90]
+    assert [store.stats().entries, store.stats().bytes] == [1, 90]
 
 
 def test_value_larger_than_budget_is_rejected_and_others_stay():
@@ -36,7 +36,7 @@ def test_value_larger_than_budget_is_rejected_and_others_stay():
     store.put("small", array(10))
     assert store.put("huge", array(101)) is PutResult.REJECTED
     assert "huge" not in store and "small" in store
-    assert store.stats()["rejections"] == 1 and store.nbytes == 10
+    assert store.stats().rejections == 1 and store.nbytes == 10
 
 
 def test_replacing_a_key_updates_bytes_and_order_without_evicting():
@@ -44,7 +44,7 @@ def test_replacing_a_key_updates_bytes_and_order_without_evicting():
     store.put("a", array(30))
     store.put("b", array(30))
     assert store.put("a", array(50)) is PutResult.REPLACED
-    assert len(store) == 2 and store.nbytes == 80 and store.stats()["evictions"] == 0
+    assert len(store) == 2 and store.nbytes == 80 and store.stats().evictions == 0
     store.put("c", array(10))  # evicts b, the least recently used after a's replacement
     assert "b" not in store and "a" in store
 
@@ -53,7 +53,7 @@ def test_zero_entries_disables_cleanly():
     store = Store(max_entries=0)
     assert store.put("a", 1) is PutResult.DISABLED
     assert store.get("a") is None and len(store) == 0
-    assert store.stats()["rejections"] == 0
+    assert store.stats().rejections == 0
 
 
 def test_pinned_entries_survive_eviction_and_become_evictable_after_release():
@@ -116,7 +116,7 @@ def test_hits_add_their_recorded_cost_to_time_saved():
     store.put("a", 1, cost=0.25)
     store.get("a")
     store.get("a")
-    assert store.stats()["time_saved"] == pytest.approx(0.5)
+    assert store.stats().time_saved == pytest.approx(0.5)
 
 
 def test_clear_keeps_pins():
@@ -124,6 +124,6 @@ def test_clear_keeps_pins():
     store.pin("a")
     store.put("a", 1)
     store.clear()
-    assert len(store) == 0 and store.stats()["hits"] == 0
+    assert len(store) == 0 and store.stats().hits == 0
     store.put("a", 1)
     assert store.put("b", 2) is PutResult.REJECTED  # a is still pinned

@@ -13,10 +13,12 @@ __all__ = [
     "ImageTooLargeError",
     "InvalidArgumentError",
     "InvalidImageError",
+    "PinMismatchError",
     "PlaceholderMismatchError",
     "UnserializableValueError",
     "UnsupportedImageTypeError",
     "UnsupportedInputTypeError",
+    "UnverifiableEntryError",
     "VisionCacheError",
     "describe_input",
 ]
@@ -70,6 +72,16 @@ class CorruptEntryError(VisionCacheError, ValueError):
 
     Tiers treat it as a miss: the entry is deleted and counted, never returned.
     """
+
+
+class PinMismatchError(VisionCacheError, RuntimeError):
+    """``unpin`` was called for a key that holds no pin (an unpin without its matching pin)."""
+
+
+class UnverifiableEntryError(CorruptEntryError):
+    """A stored blob is intact but signed with a secret this reader does not hold (or not signed
+    while this reader requires a signature). Treated as a miss, but never deleted: another fleet,
+    mid-rotation, may still read it."""
 
 
 class UnserializableValueError(VisionCacheError, TypeError):

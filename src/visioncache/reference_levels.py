@@ -1,46 +1,48 @@
-"""The reference module's six level methods (seed_api.md), on the cache's primitives.
+"""The reference module's six level methods (seed_api.md), as a component of the cache.
 
-`VisionEmbeddingCache` provides the primitives (``_key``, ``_get``, ``_put``, ``enabled``); this
-mixin keeps the reference's prompt-keyed pixel level, its image-list-keyed pixel-only level and its
-encoding level, with their signatures and defaults, minus the reference's defects: ordered keys,
-content identity, copies of ``extra_kwargs`` on store and on hit (defect 7), images counted once per
-stored key (defect 9).
+`ReferenceLevels` is given the cache's levels, its key function and its ``enabled`` switch, and
+keeps the reference's prompt-keyed pixel level, its image-list-keyed pixel-only level and its
+encoding level with their signatures and defaults, minus the reference's defects: ordered keys,
+content identity, copies of ``extra_kwargs`` on store and on hit (defect 7), images counted once
+per stored key (defect 9). Inputs are validated (the key is computed) before ``enabled`` is read,
+so a disabled cache refuses exactly what an enabled one refuses.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
+from visioncache.level import Level
 from visioncache.store import PutResult
 from visioncache.values import copy_containers
 
-__all__ = ["ReferenceLevels"]
+__all__ = ["KeyFunction", "ReferenceLevels"]
+
+# key(level, images, prompt or None) -> the key, or None for an empty image list; raises on bad input
+KeyFunction = Callable[[str, Sequence[Any], str | None], str | None]
 
 
 class ReferenceLevels:
     """get/set of the ``pixel``, ``pixel_only`` and ``encoding`` levels."""
 
-    enabled: bool
-    _images_processed: int
-    _lock: threading.Lock
+    def __init__(self, levels: Mapping[str, Level], key: KeyFunction, enabled: Callable[[], bool]) -> None:
+        self._levels = levels
+        self._key_of = key
+        self._enabled = enabled
+        self._lock = threading.Lock()
+        self.images_processed = 0  # the reference's total_images_processed
 
     def _key(self, level: str, images: Sequence[Any], prompt: str | None = None) -> str | None:
-        raise NotImplementedError
-
-    def _get(self, level: str, key: str) -> Any | None:
-        raise NotImplementedError
-
-    def _put(self, level: str, key: str, value: Any, cost: float) -> PutResult:
-        raise NotImplementedError
+        key = self._key_of(level, images, prompt)  # validates, even when disabled
+        return key if self._enabled() else None
 
     def get_pixel_cache(self, images: Sequence[Any], prompt: str) -> PixelCacheEntry | None:
-        """Processor output cached for these images (in this order) and this prompt."""
-        key = self._key("pixel", images, prompt) if self.enabled else None
-        entry = self._get("pixel", key) if key else None
+        key = self._key("pixel", images, prompt)
+        entry: PixelCacheEntry | None = self._levels["pixel"].get(key) if key else None
         # A copy of the containers: a consumer mutating extra_kwargs cannot reach the cache.
         return replace(entry, extra_kwargs=copy_containers(entry.extra_kwargs)) if entry else None
 
@@ -55,19 +57,20 @@ class ReferenceLevels:
         extra_kwargs: dict[str, Any] | None = None,
         processing_time: float = 0.0,
     ) -> None:
-        key = self._key("pixel", images, prompt) if self.enabled else None
+        key = self._key("pixel", images, prompt)
         if key is None:
             return
-        entry = PixelCacheEntry(pixel_values, input_ids, attention_mask, image_grid_thw,
-                                copy_containers(dict(extra_kwargs or {})), processing_time)  # fmt: skip
-        if self._put("pixel", key, entry, processing_time) is PutResult.INSERTED:
+        kwargs = copy_containers(dict(extra_kwargs or {}))
+        entry = PixelCacheEntry(
+            pixel_values, input_ids, attention_mask, image_grid_thw, kwargs, processing_time
+        )
+        if self._levels["pixel"].put(key, entry, processing_time) is PutResult.INSERTED:
             with self._lock:
-                self._images_processed += len(images)
+                self.images_processed += len(images)
 
     def get_pixel_values(self, images: Sequence[Any]) -> PixelOnlyCacheEntry | None:
-        """Image-processor output cached for these images (prompt-independent)."""
-        key = self._key("pixel_only", images) if self.enabled else None
-        value: PixelOnlyCacheEntry | None = self._get("pixel_only", key) if key else None
+        key = self._key("pixel_only", images)
+        value: PixelOnlyCacheEntry | None = self._levels["pixel_only"].get(key) if key else None
         return value
 
     def set_pixel_values(
@@ -77,14 +80,14 @@ class ReferenceLevels:
         image_grid_thw: Any | None = None,
         processing_time: float = 0.0,
     ) -> None:
-        key = self._key("pixel_only", images) if self.enabled else None
+        key = self._key("pixel_only", images)
         if key is not None:
             entry = PixelOnlyCacheEntry(pixel_values, image_grid_thw, processing_time)
-            self._put("pixel_only", key, entry, processing_time)
+            self._levels["pixel_only"].put(key, entry, processing_time)
 
     def get_encoding_cache(self, images: Sequence[Any], prompt: str) -> EncodingCacheEntry | None:
-        key = self._key("encoding", images, prompt) if self.enabled else None
-        value: EncodingCacheEntry | None = self._get("encoding", key) if key else None
+        key = self._key("encoding", images, prompt)
+        value: EncodingCacheEntry | None = self._levels["encoding"].get(key) if key else None
         return value
 
     def set_encoding_cache(
@@ -96,7 +99,11 @@ class ReferenceLevels:
         logprobs: Any,
         encoding_time: float = 0.0,
     ) -> None:
-        key = self._key("encoding", images, prompt) if self.enabled else None
+        key = self._key("encoding", images, prompt)
         if key is not None:
             entry = EncodingCacheEntry(logits, first_token, logprobs, encoding_time)
-            self._put("encoding", key, entry, encoding_time)
+            self._levels["encoding"].put(key, entry, encoding_time)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.images_processed = 0

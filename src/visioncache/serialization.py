@@ -9,10 +9,15 @@ bytes leaves as uint8); its ``__metadata__`` holds the format tag and version, t
   tensors come back on the CPU, detached; arrays come back writable and share no memory with the
   blob;
 - the digest covers the skeleton, every tensor's name, dtype, shape and bytes, and a caller-given
-  ``context`` (the key): blake3 without a secret, HMAC-SHA256 with one. So a truncated, altered,
-  forged or misplaced blob (one copied under another key) raises `CorruptEntryError`, as does an
-  unknown format version. Nothing is decoded before the digest checks out, and only dataclasses
-  registered by name (the `visioncache.entries` ones) are ever constructed;
+  ``context`` (the key): blake3 without a secret, HMAC-SHA256 with one. A truncated or altered
+  blob, or one copied under another key, raises `CorruptEntryError`, as does an unknown format
+  version. Forgery is detected only with a secret: without one, anyone who can write to the tier
+  can write a blob with a valid blake3 digest. A blob signed under a secret the reader does not
+  accept (or not signed, for a reader that requires it) raises `UnverifiableEntryError` (a
+  `CorruptEntryError` that tiers must not delete: it may be another fleet's, mid-rotation).
+  ``secrets`` lists the accepted secrets: blobs are signed with the first. Nothing is decoded
+  before the digest checks out, and only dataclasses registered by name (the
+  `visioncache.entries` ones) are ever constructed;
 - a tree holding anything else raises `UnserializableValueError` before any bytes are produced.
 
 Putting the skeleton in the safetensors header, instead of a header of our own in front, lets a
@@ -34,8 +39,14 @@ import safetensors.numpy
 from blake3 import blake3
 
 from visioncache import entries
-from visioncache.errors import ConfigurationError, CorruptEntryError, UnserializableValueError
+from visioncache.errors import (
+    ConfigurationError,
+    CorruptEntryError,
+    UnserializableValueError,
+    UnverifiableEntryError,
+)
 from visioncache.identity import frame
+from visioncache.values import Container, fold
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "register_dataclass"]
 
@@ -66,7 +77,7 @@ for _entry_class in (entries.PixelCacheEntry, entries.PixelOnlyCacheEntry, entri
 def dumps(tree: object, *, secret: bytes | None = None, context: str = "") -> bytes:
     """Serialise ``tree``; ``secret`` signs it with HMAC-SHA256, ``context`` (the key) is bound in."""
     arrays: dict[str, np.ndarray[Any, Any]] = {}
-    skeleton = json.dumps(_encode(tree, arrays, 0), separators=(",", ":"))
+    skeleton = json.dumps(_encode(tree, arrays), separators=(",", ":"))
     digest = _digest(secret, context, skeleton, arrays)
     metadata = {
         "format": FORMAT,
@@ -79,7 +90,8 @@ def dumps(tree: object, *, secret: bytes | None = None, context: str = "") -> by
 
 
 def loads(blob: bytes, *, secret: bytes | None = None, context: str = "") -> Any:
-    """The tree in ``blob``; raises `CorruptEntryError` unless it is intact, current and authentic."""
+    """The tree in ``blob``; raises `CorruptEntryError` unless it is intact, current and authentic
+    (`UnverifiableEntryError` when it is signed otherwise than ``secret`` asks)."""
     metadata = _read_metadata(blob)
     if metadata.get("format") != FORMAT:
         raise CorruptEntryError("not a visioncache blob (format tag missing)")
@@ -87,15 +99,26 @@ def loads(blob: bytes, *, secret: bytes | None = None, context: str = "") -> Any
         raise CorruptEntryError(f"unsupported format version {metadata.get('version')!r}")
     expected_auth = "none" if secret is None else "hmac-sha256"
     if metadata.get("auth") != expected_auth:
-        raise CorruptEntryError(f"blob is signed with {metadata.get('auth')!r}, expected {expected_auth!r}")
+        raise UnverifiableEntryError(
+            f"blob is signed with {metadata.get('auth')!r}, expected {expected_auth!r}"
+        )
+    stored_digest = metadata.get("digest", "")
+    if not isinstance(stored_digest, str) or not stored_digest.isascii():
+        raise CorruptEntryError("malformed digest in the blob's header")
     try:
         arrays = safetensors.numpy.load(blob)
     except Exception as error:  # SafetensorError and friends: the tensor section is damaged
         raise CorruptEntryError(f"damaged tensor data: {error}") from error
     skeleton = metadata.get("skeleton", "")
+    if not isinstance(skeleton, str):
+        raise CorruptEntryError("malformed skeleton in the blob's header")
     digest = _digest(secret, context, skeleton, arrays)
-    if not hmac.compare_digest(digest.hex(), metadata.get("digest", "")):
-        raise CorruptEntryError("digest mismatch: the blob was altered, forged or stored elsewhere")
+    if not hmac.compare_digest(digest.hex(), stored_digest):
+        if secret is not None:  # altered, or signed with a secret this reader does not hold
+            raise UnverifiableEntryError(
+                "HMAC mismatch: altered, forged, misplaced or signed with another secret"
+            )
+        raise CorruptEntryError("digest mismatch: the blob was altered or stored under another key")
     try:
         return _decode(json.loads(skeleton), arrays, 0)
     except (KeyError, TypeError, ValueError, IndexError, RecursionError) as error:
@@ -137,34 +160,40 @@ def _digest(
     return digest
 
 
-def _encode(value: object, arrays: dict[str, np.ndarray[Any, Any]], depth: int) -> Any:
-    if depth > _MAX_DEPTH:
-        raise UnserializableValueError(f"tree deeper than {_MAX_DEPTH} levels (a cycle?)")
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list):
-        return [_encode(item, arrays, depth + 1) for item in value]
-    if isinstance(value, tuple) and type(value) is tuple:  # a namedtuple would come back plain
-        return {"t": "tuple", "items": [_encode(item, arrays, depth + 1) for item in value]}
-    if isinstance(value, dict) and type(value) is dict:
-        if not all(isinstance(key, str) for key in value):
-            raise UnserializableValueError("dict keys must all be str")
-        items = {key: _encode(item, arrays, depth + 1) for key, item in value.items()}
-        return {"t": "dict", "items": items}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        name = type(value).__name__
-        if _DATACLASSES.get(name) is not type(value):
-            raise UnserializableValueError(f"dataclass {name} is not registered for serialisation")
-        fields = {
-            field.name: _encode(getattr(value, field.name), arrays, depth + 1)
-            for field in dataclasses.fields(value)
-            if field.init  # init=False fields are derived in __post_init__
-        }
-        return {"t": "dataclass", "name": name, "fields": fields}
-    if isinstance(value, bytes):
-        return _add_array(arrays, np.frombuffer(value, dtype=np.uint8), "bytes", "uint8")
-    kind, array, dtype = _as_numpy(value)
-    return _add_array(arrays, array, kind, dtype)
+def _encode(value: object, arrays: dict[str, np.ndarray[Any, Any]]) -> Any:
+    """The JSON skeleton of ``value`` (a `values.fold`); its arrays are added to ``arrays``."""
+
+    def leaf(item: Any) -> Any:
+        if item is None or isinstance(item, bool | int | float | str):
+            return item
+        if isinstance(item, bytes):
+            return _add_array(arrays, np.frombuffer(item, dtype=np.uint8), "bytes", "uint8")
+        kind, array, dtype = _as_numpy(item)
+        return _add_array(arrays, array, kind, dtype)
+
+    def node(original: Any, kind: Container, items: list[tuple[Any, Any]]) -> Any:
+        if kind is Container.LIST:
+            return [item for _, item in items]
+        if kind is Container.TUPLE:
+            return {"t": "tuple", "items": [item for _, item in items]}
+        if kind is Container.DICT and type(original) is dict:
+            if not all(isinstance(name, str) for name, _ in items):
+                raise UnserializableValueError("dict keys must all be str")
+            return {"t": "dict", "items": dict(items)}
+        if kind is Container.DATACLASS:
+            name = type(original).__name__
+            if _DATACLASSES.get(name) is not type(original):
+                raise UnserializableValueError(f"dataclass {name} is not registered for serialisation")
+            init_names = {field.name for field in dataclasses.fields(original) if field.init}
+            # init=False fields are derived in __post_init__
+            return {"t": "dataclass", "name": name, "fields": {n: v for n, v in items if n in init_names}}
+        # a namedtuple or a dict subclass would come back as a plain container: refuse it
+        raise UnserializableValueError(f"cannot serialise a {type(original).__qualname__} container")
+
+    try:
+        return fold(value, leaf, node, max_depth=_MAX_DEPTH)
+    except RecursionError:
+        raise UnserializableValueError(f"tree deeper than {_MAX_DEPTH} levels (a cycle?)") from None
 
 
 def _add_array(

@@ -1,14 +1,23 @@
-"""`VisionCacheStats`: the reference module's counters, kept name for name (seed_api.md)."""
+"""Typed statistics: `CacheStats` (every level and tier) and the reference's `VisionCacheStats`.
+
+Stats are dataclasses everywhere inside visioncache (a renamed counter is a type error, not a
+silently missing metric). ``VisionEmbeddingCache.get_stats()`` flattens them into the reference's
+dict only at that compatibility edge. Seconds of work that hits avoided are called ``time_saved``
+everywhere (per level, and ``total_time_saved`` for the reference's total).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-__all__ = ["VisionCacheStats", "flatten_level_stats", "hit_rate"]
+from visioncache.store import StoreStats
+from visioncache.tiers.stats import ChainStats
 
-LevelSnapshot = Mapping[str, float]
+__all__ = ["LEVELS", "CacheStats", "VisionCacheStats", "hit_rate"]
+
+LEVELS = ("pixel", "pixel_only", "encoding", "embedding")
 
 
 def hit_rate(hits: float, misses: float) -> float:
@@ -17,12 +26,46 @@ def hit_rate(hits: float, misses: float) -> float:
     return hits / total if total else 0.0
 
 
+@dataclass(frozen=True)
+class CacheStats:
+    """A snapshot of a whole cache: each level's store, the shared tiers, and the reference's
+    count of images stored through its prompt-keyed level."""
+
+    levels: Mapping[str, StoreStats]
+    tiers: ChainStats | None = None
+    images_processed: int = 0
+
+    @property
+    def time_saved(self) -> float:
+        """Seconds of preprocessing and encoding that hits avoided, all levels."""
+        return sum(level.time_saved for level in self.levels.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The reference's ``get_stats()`` dict, plus ``{level}_cache_{counter}``,
+        ``{level}_hit_rate`` and ``{level}_time_saved`` for every level, and ``tiers``."""
+        result: dict[str, Any] = VisionCacheStats.from_cache_stats(self).to_dict()
+        for level, counters in self.levels.items():
+            for field in fields(counters):
+                if field.name != "time_saved":
+                    result[f"{level}_cache_{_legacy_name(field.name)}"] = getattr(counters, field.name)
+            result[f"{level}_hit_rate"] = hit_rate(counters.hits, counters.misses)
+            result[f"{level}_time_saved"] = counters.time_saved
+        result["embedding_images_encoded"] = self.levels["embedding"].computed
+        if self.tiers is not None:
+            result["tiers"] = self.tiers.to_dict()
+        return result
+
+
+def _legacy_name(name: str) -> str:
+    return "size" if name == "entries" else name  # the reference's ``pixel_cache_size``
+
+
 @dataclass
 class VisionCacheStats:
-    """Counters of the reference's pixel and encoding levels, plus time saved.
+    """Counters of the reference's pixel and encoding levels, plus time saved (seed_api.md).
 
     ``VisionEmbeddingCache.stats`` returns a consistent snapshot taken from the levels' stores;
-    per-level detail (pixel-only and embedding levels, bytes, evictions) is in ``get_stats()``.
+    the rest is in ``VisionEmbeddingCache.snapshot()``.
     """
 
     pixel_cache_hits: int = 0
@@ -33,16 +76,16 @@ class VisionCacheStats:
     total_images_processed: int = 0
 
     @classmethod
-    def from_levels(cls, levels: Mapping[str, LevelSnapshot], images_processed: int) -> VisionCacheStats:
-        """The reference's counters from snapshots of every level's `Store.stats()`."""
-        pixel, encoding = levels["pixel"], levels["encoding"]
+    def from_cache_stats(cls, stats: CacheStats) -> VisionCacheStats:
+        """The reference's counters from a `CacheStats` snapshot."""
+        pixel, encoding = stats.levels["pixel"], stats.levels["encoding"]
         return cls(
-            pixel_cache_hits=int(pixel["hits"]),
-            pixel_cache_misses=int(pixel["misses"]),
-            encoding_cache_hits=int(encoding["hits"]),
-            encoding_cache_misses=int(encoding["misses"]),
-            total_time_saved=sum(level["time_saved"] for level in levels.values()),
-            total_images_processed=images_processed,
+            pixel_cache_hits=pixel.hits,
+            pixel_cache_misses=pixel.misses,
+            encoding_cache_hits=encoding.hits,
+            encoding_cache_misses=encoding.misses,
+            total_time_saved=stats.time_saved,
+            total_images_processed=stats.images_processed,
         )
 
     @property
@@ -60,15 +103,3 @@ class VisionCacheStats:
             "pixel_hit_rate": self.pixel_hit_rate,
             "encoding_hit_rate": self.encoding_hit_rate,
         }
-
-
-def flatten_level_stats(levels: Mapping[str, LevelSnapshot]) -> dict[str, Any]:
-    """``{level}_cache_{counter}``, ``{level}_hit_rate`` and ``{level}_time_saved`` for each level."""
-    result: dict[str, Any] = {}
-    for level, counters in levels.items():
-        for name, value in counters.items():
-            if name != "time_saved":
-                result[f"{level}_cache_{name}"] = value
-        result[f"{level}_hit_rate"] = hit_rate(counters["hits"], counters["misses"])
-        result[f"{level}_time_saved"] = counters["time_saved"]
-    return result

@@ -1,22 +1,25 @@
-"""The one store: a thread-safe LRU bounded by entries and bytes, with pins and single-flight.
+"""The one store: a thread-safe cache bounded by entries and bytes, with pins and single-flight.
 
-Every cache level is an instance of `Store` (DESIGN.md principle 2). Guarantees:
+Every cache level holds one `Store` (DESIGN.md principle 2). Guarantees:
 
 - never more than ``max_entries`` entries nor ``max_bytes`` bytes (the sum of each value's
   ``tree_nbytes``); a value larger than the budget is not stored (a *rejection*), nothing else is
-  disturbed, and the caller still has its value;
-- re-putting a key replaces its value and makes it most-recently-used; it evicts another entry only
-  if the new value needs more room than the old one left;
+  disturbed, and the caller still has its value. A numpy/torch leaf that views a larger buffer is
+  copied when stored (`values.compact`), so the budget bounds the memory entries keep alive;
+- re-putting a key replaces its value; it evicts another entry only if the new value needs more
+  room than the old one left. Which unpinned entry goes first is the policy's choice
+  (`visioncache.eviction`: least-recently-used by default, or cost-aware);
 - a pinned key is never evicted: pins are counted per key, may be taken before the value exists,
   and last until released. When pinned entries fill the budget, new values are rejected rather than
   evicting what running requests use;
 - single-flight: `claim` tells exactly one caller per missing key to compute it (the *owner*); every
-  other caller gets the owner's `Future` and waits for the same result or exception;
-- hits take no lock: dict reads and the LRU touch are single atomic operations under the GIL, and
-  counters are per-thread tallies (`ThreadCounters`), exact under concurrency; a lookup that
-  finds nothing takes the lock and looks again before it counts a miss. Writes, evictions, pins
-  and claims of missing keys are serialised by one lock. ``max_entries=0`` disables the store:
-  nothing is stored or counted as rejected.
+  other caller gets the owner's `Future`. `fulfil` stores the value and retires the claim under one
+  lock (nobody can see the key neither stored nor in flight); an owner whose value cannot be sized
+  has its claim abandoned, so no waiter is left waiting;
+- hits take no lock: dict reads and the policy's touch are single atomic operations under the GIL,
+  and counters are per-thread tallies (`ThreadCounters`), exact under concurrency. Writes,
+  evictions, pins and claims of missing keys are serialised by one lock. ``max_entries=0``
+  disables the store: nothing is stored or counted as rejected.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from enum import Enum
 from typing import Any
 
 from visioncache.counters import ThreadCounters
-from visioncache.values import tree_nbytes
+from visioncache.errors import EncoderOutputError, InvalidArgumentError, PinMismatchError, describe_input
+from visioncache.eviction import EvictionPolicy, make_policy
+from visioncache.values import compact, tree_nbytes
 
-__all__ = ["Claim", "PutResult", "Store"]
+__all__ = ["Claim", "Entry", "PutResult", "Store", "StoreStats"]
 
 
 class PutResult(Enum):
@@ -43,10 +48,13 @@ class PutResult(Enum):
 
 
 @dataclass(slots=True)
-class _Entry:
+class Entry:
+    """A stored value, its size, and the seconds it cost to compute (added to time saved per hit)."""
+
     value: Any
     nbytes: int
-    cost: float  # seconds it took to compute: added to time_saved on each hit
+    cost: float
+    priority: float = 0.0  # the eviction policy's, if it keeps one
 
 
 @dataclass(slots=True)
@@ -63,12 +71,28 @@ class Claim:
         return self.future is None
 
 
-_COUNTERS = ("hits", "misses", "evictions", "rejections", "singleflight_waits",
-             "validation_failures", "computed", "time_saved")  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """A consistent snapshot of one store: what lookups found, what the budget did, what it holds."""
+
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    rejections: int = 0
+    singleflight_waits: int = 0
+    validation_failures: int = 0
+    computed: int = 0
+    time_saved: float = 0.0  # seconds of recorded work that hits avoided
+    entries: int = 0
+    bytes: int = 0
+    pinned: int = 0
+
+
+_COUNTERS = tuple(name for name in StoreStats.__slots__ if name not in ("entries", "bytes", "pinned"))
 
 
 class Store:
-    """A bounded, thread-safe LRU of array trees (see the module docstring for its guarantees)."""
+    """A bounded, thread-safe cache of array trees (see the module docstring for its guarantees)."""
 
     def __init__(
         self,
@@ -76,13 +100,16 @@ class Store:
         max_bytes: int | None = None,
         *,
         sizeof: Callable[[Any], int] = tree_nbytes,
+        policy: str = "lru",
     ):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.policy_name = policy
+        self._policy: EvictionPolicy = make_policy(policy)
         self._sizeof = sizeof
         self._lock = threading.Lock()
-        self._lru: OrderedDict[str, _Entry] = OrderedDict()  # unpinned entries, LRU first
-        self._pinned: dict[str, _Entry] = {}  # entries whose key holds pins
+        self._lru: OrderedDict[str, Entry] = OrderedDict()  # unpinned entries, LRU first
+        self._pinned: dict[str, Entry] = {}  # entries whose key holds pins
         self._pins: dict[str, int] = {}
         self._flights: dict[str, Future[Any]] = {}
         self._nbytes = 0
@@ -94,24 +121,25 @@ class Store:
         return self.max_entries != 0
 
     # ---- lookups -------------------------------------------------------------------------------
-    def _find(self, key: str) -> _Entry | None:
-        """The entry of ``key``, touched as most-recently-used. Safe without the lock: each dict
-        operation is atomic; a miss here may be a move between the two dicts, so callers that
-        need certainty look again under the lock."""
+    def find(self, key: str) -> Entry | None:
+        """The entry of ``key``, touched as recently used; counts nothing. Takes no lock: a miss
+        here may be a move between the two dicts, so callers that need certainty use `claim`."""
         entry = self._lru.get(key) or self._pinned.get(key)
         if entry is not None:
-            try:  # noqa: SIM105 - a try costs less than contextlib.suppress on the hit path
-                self._lru.move_to_end(key)
-            except KeyError:  # pinned, or evicted since the read: nothing to reorder
-                pass
+            self._policy.touch(self._lru, key, entry)
+        return entry
+
+    def lookup(self, key: str) -> Entry | None:
+        """`find`, certain: a miss is confirmed under the lock. Counts nothing."""
+        entry = self.find(key)
+        if entry is None:
+            with self._lock:
+                entry = self.find(key)
         return entry
 
     def get(self, key: str) -> Any | None:
-        """The value for ``key`` (now most-recently-used), or None; counts a hit or a miss."""
-        entry = self._find(key)
-        if entry is None:
-            with self._lock:
-                entry = self._find(key)
+        """The value for ``key`` (now recently used), or None; counts a hit or a miss."""
+        entry = self.lookup(key)
         tally = self._counters.local()
         if entry is None:
             tally["misses"] += 1
@@ -126,11 +154,11 @@ class Store:
         Counts nothing (the caller records what it did with `record`). An owner must end its
         claim with `fulfil` or `abandon`, or waiters wait forever.
         """
-        entry = self._find(key)
+        entry = self.find(key)
         if entry is not None:
             return Claim(value=entry.value, cost=entry.cost)
         with self._lock:
-            entry = self._find(key)
+            entry = self.find(key)
             if entry is not None:
                 return Claim(value=entry.value, cost=entry.cost)
             future = self._flights.get(key)
@@ -140,14 +168,26 @@ class Store:
             self._flights[key] = future
             return Claim(future=future, owner=True)
 
-    def fulfil(self, key: str, value: Any, cost: float = 0.0) -> PutResult:
-        """End an owned claim: store ``value`` (within the budget) and wake the waiters."""
-        result = self.put(key, value, cost=cost)
+    def fulfil(self, key: str, value: Any, cost: float = 0.0) -> Any:
+        """End an owned claim: store ``value`` (within the budget) and wake the waiters with it.
+
+        Returns the value as stored (a view is copied). A value that cannot be sized abandons the
+        claim (waiters get the error) and raises `EncoderOutputError`.
+        """
+        nbytes = 0
+        try:
+            if self.enabled:  # a disabled store keeps nothing, so there is nothing to size
+                value, nbytes = self._prepare(value)
+        except InvalidArgumentError as error:
+            failure = EncoderOutputError(str(error))
+            self.abandon(key, failure)
+            raise failure from error
         with self._lock:
+            self._put_locked(key, value, nbytes, cost)
             future = self._flights.pop(key, None)
         if future is not None:
             future.set_result(value)
-        return result
+        return value
 
     def abandon(self, key: str, error: BaseException) -> None:
         """End an owned claim without a value: waiters get ``error``; a later claim retries."""
@@ -157,52 +197,68 @@ class Store:
             future.set_exception(error)
 
     def record(self, *, time_saved: float = 0.0, **counts: int) -> None:
-        """Add to the counters (names as in `stats`)."""
+        """Add to the counters (names as in `StoreStats`)."""
         tally = self._counters.local()
         for name, count in counts.items():
             tally[name] += count
         tally["time_saved"] += time_saved
 
     # ---- writes --------------------------------------------------------------------------------
+    def _prepare(self, value: Any) -> tuple[Any, int]:
+        """(value with views copied, its size); `InvalidArgumentError` if it cannot be sized."""
+        try:
+            value = compact(value)
+            return value, int(self._sizeof(value))
+        except Exception as error:  # e.g. a torch sparse tensor, whose nbytes raises
+            raise InvalidArgumentError(
+                f"cannot size a value to cache ({describe_input(value)}): {error!r}"
+            ) from error
+
     def put(self, key: str, value: Any, *, cost: float = 0.0) -> PutResult:
-        """Store ``value`` under ``key`` as most-recently-used, evicting LRU entries as needed."""
+        """Store ``value`` under ``key``, evicting entries as needed; `InvalidArgumentError` (and
+        nothing changed) if the value cannot be sized."""
         if not self.enabled:
             return PutResult.DISABLED
-        nbytes = self._sizeof(value)  # outside the lock: walking a tree can take a while
+        value, nbytes = self._prepare(value)  # outside the lock: walking a tree can take a while
         with self._lock:
-            old = self._remove(key)
-            pinned = self._pins.get(key, 0) > 0
-            if not self._can_fit(nbytes, pinned):
-                self._counters.local()["rejections"] += 1
-                return PutResult.REJECTED
-            self._evict_for(nbytes)
-            entry = _Entry(value, nbytes, cost)
-            if pinned:
-                self._pinned[key] = entry
-                self._pinned_nbytes += nbytes
-            else:
-                self._lru[key] = entry
-            self._nbytes += nbytes
-            return PutResult.INSERTED if old is None else PutResult.REPLACED
+            return self._put_locked(key, value, nbytes, cost)
 
-    def _can_fit(self, nbytes: int, pinned: bool) -> bool:
+    def _put_locked(self, key: str, value: Any, nbytes: int, cost: float) -> PutResult:
+        if not self.enabled:
+            return PutResult.DISABLED
+        old = self._remove(key)
+        pinned = self._pins.get(key, 0) > 0
+        if not self._can_fit(nbytes):
+            self._counters.local()["rejections"] += 1
+            return PutResult.REJECTED
+        self._evict_for(nbytes)
+        entry = Entry(value, nbytes, cost)
+        if pinned:
+            self._pinned[key] = entry
+            self._pinned_nbytes += nbytes
+        else:
+            self._lru[key] = entry
+            self._policy.admitted(key, entry)
+        self._nbytes += nbytes
+        return PutResult.INSERTED if old is None else PutResult.REPLACED
+
+    def _can_fit(self, nbytes: int) -> bool:
         # Only unpinned entries can be evicted, so pinned ones plus the new value must fit.
-        fixed_entries = len(self._pinned) + 1
-        fixed_bytes = self._pinned_nbytes + nbytes
-        if self.max_entries is not None and fixed_entries > self.max_entries:
+        if self.max_entries is not None and len(self._pinned) + 1 > self.max_entries:
             return False
-        return self.max_bytes is None or fixed_bytes <= self.max_bytes
+        return self.max_bytes is None or self._pinned_nbytes + nbytes <= self.max_bytes
 
     def _evict_for(self, nbytes: int) -> None:
         while self._lru and (
             (self.max_entries is not None and len(self._lru) + len(self._pinned) >= self.max_entries)
             or (self.max_bytes is not None and self._nbytes + nbytes > self.max_bytes)
         ):
-            _, entry = self._lru.popitem(last=False)
+            entry = self._lru.pop(self._policy.victim(self._lru))
+            self._policy.evicted(entry)
             self._nbytes -= entry.nbytes
             self._counters.local()["evictions"] += 1
 
-    def _remove(self, key: str) -> _Entry | None:
+    def _remove(self, key: str) -> Entry | None:
         entry = self._lru.pop(key, None)
         if entry is None:
             entry = self._pinned.pop(key, None)
@@ -215,7 +271,7 @@ class Store:
     def discard(self, key: str, value: Any = None) -> bool:
         """Remove ``key`` (only if it still holds ``value``, when one is given)."""
         with self._lock:
-            entry = self._find(key)
+            entry = self._lru.get(key) or self._pinned.get(key)
             if entry is None or (value is not None and entry.value is not value):
                 return False
             self._remove(key)
@@ -232,11 +288,11 @@ class Store:
                 self._pinned_nbytes += entry.nbytes
 
     def unpin(self, key: str) -> None:
-        """Release one pin; at zero the entry becomes evictable again, as most-recently-used."""
+        """Release one pin; at zero the entry becomes evictable again, as recently used."""
         with self._lock:
             count = self._pins.get(key, 0) - 1
             if count < 0:
-                raise RuntimeError(f"unpin without a matching pin for key {key!r}")
+                raise PinMismatchError(f"unpin without a matching pin for key {key!r}")
             if count > 0:
                 self._pins[key] = count
                 return
@@ -245,6 +301,7 @@ class Store:
             if entry is not None:
                 self._pinned_nbytes -= entry.nbytes
                 self._lru[key] = entry
+                self._policy.admitted(key, entry)
 
     # ---- inspection ----------------------------------------------------------------------------
     def clear(self) -> None:
@@ -252,17 +309,19 @@ class Store:
         with self._lock:
             self._lru.clear()
             self._pinned.clear()
+            self._policy = make_policy(self.policy_name)
             self._nbytes = self._pinned_nbytes = 0
         self._counters.reset()
 
-    def stats(self) -> dict[str, int | float]:
-        """A consistent snapshot of the counters, sizes and time saved."""
+    def stats(self) -> StoreStats:
+        """A consistent snapshot of the counters and sizes."""
         counts = self._counters.snapshot()
         with self._lock:
-            sizes = {"size": len(self._lru) + len(self._pinned), "bytes": self._nbytes,
-                     "pinned": len(self._pinned)}  # fmt: skip
-        return {**{name: int(counts[name]) for name in _COUNTERS[:-1]}, **sizes,
-                "time_saved": counts["time_saved"]}  # fmt: skip
+            entries, nbytes, pinned = len(self._lru) + len(self._pinned), self._nbytes, len(self._pinned)
+        integers = {name: int(counts[name]) for name in _COUNTERS if name != "time_saved"}
+        return StoreStats(
+            **integers, time_saved=counts["time_saved"], entries=entries, bytes=nbytes, pinned=pinned
+        )
 
     @property
     def nbytes(self) -> int:

@@ -1,66 +1,242 @@
-"""Array trees: the values visioncache stores, their size in bytes, and container-only copies.
+"""Array trees: the values visioncache stores, and the one walker every tree operation uses.
 
-A tree is an array (numpy, torch, mlx: anything with an integer ``nbytes``), bytes, a plain scalar,
-or a tuple / list / dict / dataclass of trees. Sizing walks the tree and sums the arrays' ``nbytes``,
-so a bound in bytes means what it says whatever the framework (DESIGN.md principle 3).
+A tree is an array leaf (numpy, torch, mlx: anything with an integer ``nbytes``), bytes, a str, a
+plain scalar, or a tuple / list / dict / dataclass of trees. `fold` is the one walker: sizing,
+container copies, token counts, host snapshots, device placement, compaction and serialisation
+(`visioncache.serialization`) are all folds, so they agree on what a container and a leaf are
+(DESIGN.md principle 3). A bound in bytes means what it says whatever the framework.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any, TypeVar
 
 from visioncache.errors import ConfigurationError
 
-__all__ = ["copy_containers", "parse_byte_size", "tree_nbytes"]
+__all__ = [
+    "Container",
+    "compact",
+    "copy_containers",
+    "fold",
+    "host_snapshot",
+    "leaf_device",
+    "parse_byte_size",
+    "place_on",
+    "token_count",
+    "tree_map",
+    "tree_nbytes",
+]
 
-_SCALARS = (type(None), bool, int, float, complex)
-_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
-}  # fmt: skip
+_T = TypeVar("_T")
+_SCALARS = (type(None), bool, int, float, complex, str)
+_LEAVES = (*_SCALARS, bytes, bytearray, memoryview)
+_DECIMAL_UNITS = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_BINARY_UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {"": 1, "b": 1, **_DECIMAL_UNITS, **_BINARY_UNITS, **{u[0]: n for u, n in _BINARY_UNITS.items()}}
 _SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def tree_nbytes(value: object) -> int:
-    """Bytes held by a tree: the sum of its arrays' ``nbytes`` (and of bytes-like leaves)."""
+class Container(Enum):
+    """The kinds of container a tree may hold; anything else is a leaf."""
+
+    LIST = "list"
+    TUPLE = "tuple"
+    NAMEDTUPLE = "namedtuple"
+    DICT = "dict"  # dict and other mappings (transformers' BatchFeature, ModelOutput)
+    DATACLASS = "dataclass"
+
+
+def container_kind(value: object) -> Container | None:
+    """The container kind of ``value``, or None for a leaf."""
+    if isinstance(value, _LEAVES):
+        return None
+    if isinstance(value, list):
+        return Container.LIST
+    if isinstance(value, tuple):
+        return Container.NAMEDTUPLE if hasattr(value, "_fields") else Container.TUPLE
+    if isinstance(value, Mapping):
+        return Container.DICT
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return Container.DATACLASS
+    return None
+
+
+def children(value: object, kind: Container) -> list[tuple[Any, Any]]:
+    """(name, child) pairs of a container, in order (list index, dict key, field name)."""
+    if kind is Container.DICT:
+        assert isinstance(value, Mapping)
+        return list(value.items())
+    if kind is Container.DATACLASS:
+        return [(field.name, getattr(value, field.name)) for field in dataclasses.fields(value)]  # type: ignore[arg-type]
+    assert isinstance(value, list | tuple)
+    return list(enumerate(value))
+
+
+def fold(
+    value: Any,
+    leaf: Callable[[Any], _T],
+    node: Callable[[Any, Container, list[tuple[Any, _T]]], _T],
+    *,
+    max_depth: int = 64,
+) -> _T:
+    """Reduce a tree bottom-up: ``leaf(x)`` for each leaf, ``node(original, kind, [(name,
+    result)])`` for each container. Deeper than ``max_depth`` raises RecursionError (a cycle)."""
+
+    def walk(item: Any, depth: int) -> _T:
+        if depth > max_depth:
+            raise RecursionError(f"tree deeper than {max_depth} levels (a cycle?)")
+        kind = container_kind(item)
+        if kind is None:
+            return leaf(item)
+        return node(item, kind, [(name, walk(child, depth + 1)) for name, child in children(item, kind)])
+
+    return walk(value, 0)
+
+
+def rebuild(original: Any, kind: Container, items: list[tuple[Any, Any]]) -> Any:
+    """A new container of ``original``'s type holding ``items`` (a `fold` node for maps)."""
+    values = [item for _, item in items]
+    if kind is Container.LIST:
+        return values
+    if kind is Container.TUPLE:
+        return tuple(values)
+    if kind is Container.NAMEDTUPLE:
+        return type(original)(*values)
+    if kind is Container.DATACLASS:
+        return dataclasses.replace(
+            original, **{name: item for name, item in items if _is_init(original, name)}
+        )
+    if type(original) is dict:
+        return dict(items)
+    copied = copy.copy(original)  # BatchFeature / ModelOutput keep their type
+    for name, item in items:
+        copied[name] = item
+    return copied
+
+
+def _is_init(instance: Any, name: str) -> bool:
+    return any(field.name == name and field.init for field in dataclasses.fields(instance))
+
+
+def tree_map(value: Any, function: Callable[[Any], Any]) -> Any:
+    """A tree of the same shape with every leaf replaced by ``function(leaf)``."""
+    return fold(value, function, rebuild)
+
+
+def _leaf_nbytes(value: object) -> int:
+    if isinstance(value, bytes | bytearray | str):
+        return len(value)
     if isinstance(value, _SCALARS):
         return 0
-    if isinstance(value, bytes | bytearray):
-        return len(value)
-    if isinstance(value, str):
-        return len(value)
     nbytes = getattr(value, "nbytes", None)
     if isinstance(nbytes, int):  # numpy, torch, mlx arrays and memoryview
         return nbytes
-    if isinstance(value, Mapping):  # dict, transformers' BatchFeature / ModelOutput
-        return sum(tree_nbytes(item) for item in value.values())
-    if isinstance(value, list | tuple | set | frozenset):
-        return sum(tree_nbytes(item) for item in value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return sum(tree_nbytes(getattr(value, field.name)) for field in dataclasses.fields(value))
     # An unknown leaf still takes memory; count what Python reports rather than nothing.
     return sys.getsizeof(value)
 
 
+def tree_nbytes(value: object) -> int:
+    """Bytes held by a tree: the sum of its leaves' ``nbytes`` (len for bytes and str)."""
+    if container_kind(value) is None:  # the common case: one array
+        return _leaf_nbytes(value)
+    return fold(value, _leaf_nbytes, lambda _original, _kind, items: sum(size for _, size in items))
+
+
 def copy_containers(value: Any) -> Any:
-    """A copy of the tree's containers (dicts, lists, tuples); arrays and scalars are shared.
+    """A copy of the tree's containers; leaves (arrays, scalars) are shared.
 
     Used where the reference aliased a caller's dict (defect 7): a consumer mutating the copy
     cannot change the cached entry, and no array memory is duplicated.
     """
-    if isinstance(value, dict):
-        return {key: copy_containers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [copy_containers(item) for item in value]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(copy_containers(item) for item in value)
-    return value
+    return tree_map(value, lambda leaf: leaf)
+
+
+def token_count(value: Any) -> int | None:
+    """The first dimension of the first array in a tree (depth-first, in container order)."""
+
+    def leaf(item: Any) -> int | None:
+        shape = getattr(item, "shape", None)
+        return int(shape[0]) if shape is not None and len(shape) else None
+
+    def node(_original: Any, _kind: Container, items: list[tuple[Any, int | None]]) -> int | None:
+        return next((count for _, count in items if count is not None), None)
+
+    return fold(value, leaf, node)
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def _is_torch(value: object) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def host_snapshot(value: Any) -> Any:
+    """A copy of the tree whose array leaves own fresh host memory: mutating (or freeing) the
+    original afterwards cannot change it. mlx arrays are immutable and are shared as they are."""
+
+    def leaf(item: Any) -> Any:
+        if _is_torch(item):
+            return item.detach().to("cpu", copy=True)
+        if isinstance(item, bytearray | memoryview):
+            return bytes(item)
+        copy = getattr(item, "copy", None)
+        if type(item).__module__ == "numpy" and copy is not None:
+            return copy()
+        return item
+
+    return tree_map(value, leaf)
+
+
+def leaf_device(value: Any) -> Any | None:
+    """The torch device of the tree's first torch tensor, or None."""
+
+    def leaf(item: Any) -> Any | None:
+        return item.device if _is_torch(item) else None
+
+    def node(_original: Any, _kind: Container, items: list[tuple[Any, Any]]) -> Any | None:
+        return next((device for _, device in items if device is not None), None)
+
+    return fold(value, leaf, node)
+
+
+def place_on(value: Any, device: Any) -> Any:
+    """The tree with its torch tensors moved to ``device`` (other leaves unchanged)."""
+    return tree_map(value, lambda item: item.to(device) if _is_torch(item) else item)
+
+
+def _owns_its_memory(item: Any) -> bool:
+    if _is_torch(item):
+        if item.layout != _torch().strided:
+            return True  # sparse layouts: sized (and refused) elsewhere
+        return bool(item.untyped_storage().nbytes() <= item.nbytes)
+    base = getattr(item, "base", None)
+    if type(item).__module__ == "numpy" and base is not None:
+        return bool(getattr(base, "nbytes", 0) <= item.nbytes)
+    return True
+
+
+def compact(value: Any) -> Any:
+    """The tree with every numpy/torch leaf that views a larger buffer replaced by a copy.
+
+    Why: a per-image slice of a batch output keeps the whole batch alive; a byte budget that
+    counts only the slice would not bound memory. Returns ``value`` itself when nothing is a view.
+    """
+    if fold(value, _owns_its_memory, lambda _original, _kind, items: all(ok for _, ok in items)):
+        return value
+    return tree_map(value, lambda item: item if _owns_its_memory(item) else _copy_leaf(item))
+
+
+def _copy_leaf(item: Any) -> Any:
+    return item.clone() if _is_torch(item) else item.copy()
 
 
 def parse_byte_size(value: int | str | None, *, name: str = "size") -> int | None:

@@ -127,8 +127,8 @@ def test_namespaces_sharing_a_redis_server_never_see_each_other(redis_server: An
 
 def test_redis_killed_mid_run_fails_no_request(redis_process_factory: Any) -> None:
     server = redis_process_factory()
-    tier = RedisTier(server.url, key_prefix="kill:", retry_interval=60.0)
-    cache = VisionEmbeddingCache(tiers=TierChain([tier]), max_embedding_entries=1)
+    tier = RedisTier(server.url, key_prefix="kill:")
+    cache = VisionEmbeddingCache(tiers=TierChain([tier], retry_interval=60.0), max_embedding_entries=1)
     batch = images(6)
     failures = 0
     for step, image in enumerate(batch * 3):
@@ -186,10 +186,12 @@ def test_a_slow_tier_does_not_hold_up_the_request() -> None:
 
 def test_a_full_write_queue_drops_and_counts_writes() -> None:
     tier = BlockingTier()
-    cache = VisionEmbeddingCache(tiers=TierChain([tier], write_queue=2))
+    value_bytes = 3 * 4 * 4 + 3 * 8  # CountingEncoder's two arrays
+    cache = VisionEmbeddingCache(tiers=TierChain([tier], max_pending_write_bytes=3 * value_bytes))
     cache.encode_images(images(6), CountingEncoder())
-    stats = cache.get_stats()["tiers"]["chain"]
-    assert stats["writes_dropped"] >= 3  # one in the writer's hands, two queued, the rest dropped
+    stats = cache.snapshot().tiers
+    assert stats is not None and stats.writes_dropped == 3  # three fit the byte budget, three do not
+    assert stats.writes_pending_bytes <= 3 * value_bytes
     tier.release.set()
     assert cache.tiers is not None and cache.tiers.flush(timeout=30)
     assert cache.get_stats()["embedding_cache_size"] == 6  # memory kept every value

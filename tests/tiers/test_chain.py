@@ -1,7 +1,8 @@
-"""TierChain: read-through with promotion, write-through, failures and corruption contained."""
+"""TierChain: batched read-through with promotion, write-down, failures, corruption and secrets."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,17 +23,30 @@ class BrokenTier:
 
     name = "broken"
 
-    def get(self, key: str) -> bytes | None:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _fail(self) -> None:
+        self.calls += 1
         raise OSError("disk on fire")
+
+    def get(self, key: str) -> bytes | None:
+        self._fail()
+        return None
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        self._fail()
+        return []
 
     def put(self, key: str, blob: bytes) -> None:
-        raise OSError("disk on fire")
+        self._fail()
 
     def delete(self, key: str) -> None:
-        raise OSError("disk on fire")
+        self._fail()
 
-    def contains(self, key: str) -> bool:
-        raise OSError("disk on fire")
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        self._fail()
+        return []
 
     def stats(self) -> dict[str, int | float]:
         raise OSError("disk on fire")
@@ -41,28 +55,56 @@ class BrokenTier:
         raise OSError("disk on fire")
 
 
+class CountingTier(MemoryTier):
+    """A memory tier that counts batched reads (round trips)."""
+
+    def __init__(self, name: str = "memory") -> None:
+        super().__init__(2**24, name=name)
+        self.batches: list[int] = []
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        self.batches.append(len(keys))
+        return super().get_many(keys)
+
+
 def test_lower_hit_is_promoted_into_tiers_that_missed(tmp_path: Path) -> None:
     upper, lower = MemoryTier(2**20, name="upper"), DiskTier(tmp_path / "disk", 2**24)
     chain = TierChain([upper, lower])
     assert chain.save(KEY, VALUE)
     upper.delete(KEY)
     assert np.array_equal(chain.load(KEY), VALUE)
+    assert chain.flush(timeout=30)  # promotions go through the background writer
     stats = chain.stats()
-    assert (stats["upper"]["misses"], stats["disk"]["hits"], stats["upper"]["promotions"]) == (1, 1, 1)
+    assert (stats.tier("upper").misses, stats.tier("disk").hits, stats.tier("upper").promotions) == (1, 1, 1)
     assert upper.contains(KEY)
     assert np.array_equal(chain.load(KEY), VALUE)
-    assert chain.stats()["upper"]["hits"] == 1
+    assert chain.stats().tier("upper").hits == 1
 
 
-def test_failing_tier_never_fails_a_call() -> None:
-    healthy = MemoryTier(2**20)
-    chain = TierChain([BrokenTier(), healthy])
-    assert chain.save(KEY, VALUE)  # stored in the healthy tier
+def test_a_batch_is_one_read_per_tier_and_only_the_missing_go_lower() -> None:
+    upper, lower = CountingTier("upper"), CountingTier("lower")
+    chain = TierChain([upper, lower], max_pending_write_bytes=0)
+    keys = [KEY[:-2] + f"{index:02x}" for index in range(32)]
+    for key in keys[:20]:
+        chain.save(key, VALUE)
+    for key in keys[:10]:
+        upper.delete(key)
+    found = chain.load_many(keys)
+    assert [value is not None for value in found] == [True] * 20 + [False] * 12
+    assert upper.batches == [32] and lower.batches == [22]  # one round trip each
+
+
+def test_failing_tier_never_fails_a_call_and_costs_one_call_per_interval() -> None:
+    healthy, broken = MemoryTier(2**20), BrokenTier()
+    chain = TierChain([broken, healthy], max_pending_write_bytes=0)
+    assert chain.save(KEY, VALUE)  # stored in the healthy tier; the broken one fails once
     assert np.array_equal(chain.load(KEY), VALUE)
     assert chain.load(KEY + "0") is None
+    assert chain.contains_many([KEY]) == [True]
     stats = chain.stats()
-    assert stats["broken"]["errors"] == 3  # put, get, get (a failed tier gets no promotion)
-    assert stats["memory"]["hits"] == 1
+    assert broken.calls == 1  # then its breaker skipped it: no call, no wait
+    assert (stats.tier("broken").errors, stats.tier("broken").skipped) == (1, 3)
+    assert stats.tier("broken").breaker_open and stats.tier("memory").hits == 1
     chain.close()
 
 
@@ -74,79 +116,92 @@ def test_corrupt_upper_entry_is_deleted_and_lower_copy_served() -> None:
     assert blob is not None
     upper.put(KEY, blob[:-1] + bytes([blob[-1] ^ 1]))
     assert np.array_equal(chain.load(KEY), VALUE)
+    assert chain.flush(timeout=30)
     stats = chain.stats()
-    assert stats["upper"]["corrupt"] == 1 and stats["upper"]["promotions"] == 1
+    assert stats.tier("upper").corrupt == 1 and stats.tier("upper").promotions == 1
     assert upper.get(KEY) == blob  # the intact copy replaced the corrupt one
 
 
 def test_blob_moved_to_another_key_is_not_served() -> None:
     tier = MemoryTier(2**20)
-    chain = TierChain([tier], secret=b"s3cret")
+    chain = TierChain([tier], max_pending_write_bytes=0)
     chain.save(KEY, VALUE)
     other = KEY[:-1] + "0"
     tier.put(other, tier.get(KEY) or b"")
     assert chain.load(other) is None
-    assert chain.stats()["memory"]["corrupt"] == 1 and not tier.contains(other)
+    assert chain.stats().tier("memory").corrupt == 1 and not tier.contains(other)
 
 
-def test_hmac_rejects_unsigned_and_foreign_signed_blobs() -> None:
+def test_signed_chain_keys_its_tier_keys_so_listing_reveals_no_digest() -> None:
     tier = MemoryTier(2**20)
-    chain = TierChain([tier], secret=b"ours")
-    tier.put(KEY, dumps(VALUE, context=KEY))  # written by someone without the secret
+    chain = TierChain([tier], secret=b"ours", max_pending_write_bytes=0)
+    assert chain.save(KEY, VALUE)
+    (stored,) = chain.tier_keys(KEY)
+    assert stored.startswith("0123456789abcdef/embedding/") and KEY.rsplit("/", 1)[1] not in stored
+    assert tier.contains(stored) and not tier.contains(KEY)
+    assert np.array_equal(chain.load(KEY), VALUE)
+
+
+def test_hmac_rejects_unsigned_and_foreign_signed_blobs_without_deleting_them() -> None:
+    """Defect (#11.11): a reader that cannot verify an entry deleted it, so two fleets rotating
+    secrets evicted each other. Now it is a miss, counted as unverified, and left in place."""
+    tier = MemoryTier(2**20)
+    chain = TierChain([tier], secret=b"ours", max_pending_write_bytes=0)
+    (name,) = chain.tier_keys(KEY)
+    tier.put(name, dumps(VALUE, context=KEY))  # written by someone without the secret
     assert chain.load(KEY) is None
-    tier.put(KEY, dumps(VALUE, secret=b"theirs", context=KEY))
+    tier.put(name, dumps(VALUE, secret=b"theirs", context=KEY))
     assert chain.load(KEY) is None
-    assert chain.stats()["memory"]["corrupt"] == 2
+    assert chain.stats().tier("memory").unverified == 2 and chain.stats().tier("memory").corrupt == 0
+    assert tier.contains(name)  # not deleted
     chain.save(KEY, VALUE)
     assert np.array_equal(chain.load(KEY), VALUE)
+
+
+def test_regression_secret_rotation_reads_old_entries_and_writes_new_ones() -> None:
+    tier = MemoryTier(2**22)
+    old_fleet = TierChain([tier], secrets=[b"old"], max_pending_write_bytes=0)
+    new_fleet = TierChain([tier], secrets=[b"new", b"old"], max_pending_write_bytes=0)
+    old_fleet.save(KEY, VALUE)
+    assert np.array_equal(new_fleet.load(KEY), VALUE)  # accepted: the old secret is still listed
+    other = KEY[:-1] + "1"
+    new_fleet.save(other, VALUE)  # signed (and keyed) with the first secret
+    assert old_fleet.load(other) is None  # the old fleet cannot verify it, and nothing is deleted
+    assert np.array_equal(new_fleet.load(other), VALUE)
+    assert np.array_equal(old_fleet.load(KEY), VALUE)  # the new fleet deleted nothing of the old
+    for chain in (old_fleet, new_fleet):
+        assert chain.stats().tier("memory").corrupt == 0
 
 
 def test_unserializable_value_is_counted_not_raised() -> None:
     chain = TierChain([MemoryTier(2**20)])
     assert chain.save(KEY, {"handle": object()}) is False
-    assert chain.stats()["chain"]["unserializable"] == 1
+    assert chain.stats().unserializable == 1
     assert chain.load(KEY) is None
 
 
-def test_register_namespace_writes_a_readable_record_once() -> None:
+def test_namespace_record_is_written_with_the_first_save_once_per_process() -> None:
     tier = MemoryTier(2**20)
-    chain = TierChain([tier])
+    chain = TierChain([tier], max_pending_write_bytes=0)
     chain.register_namespace("0123456789abcdef", "qwen2-vl-2b/processor-v1")
-    assert chain.flush(timeout=30)  # written in the background
+    assert not tier.contains(NAMESPACE_PREFIX + "0123456789abcdef")  # registering writes nothing
+    chain.save(KEY, VALUE)
     record = tier.get(NAMESPACE_PREFIX + "0123456789abcdef")
     assert record is not None and namespace_name(record) == "qwen2-vl-2b/processor-v1"
     tier.delete(NAMESPACE_PREFIX + "0123456789abcdef")
-    chain.register_namespace("0123456789abcdef", "qwen2-vl-2b/processor-v1")
-    assert chain.flush(timeout=30)
+    chain.save(KEY, VALUE)
     assert not tier.contains(NAMESPACE_PREFIX + "0123456789abcdef")  # once per process
     assert namespace_name(b"not json") is None
 
 
-def test_duplicate_tier_names_are_refused() -> None:
+def test_duplicate_or_missing_tiers_and_bad_settings_are_refused() -> None:
     with pytest.raises(ConfigurationError):
         TierChain([MemoryTier(1), MemoryTier(1)])
-
-
-def test_from_env(tmp_path: Path) -> None:
-    assert TierChain.from_env(environ={}) is None
-    env = {
-        "VISIONCACHE_DISK_DIR": str(tmp_path / "disk"),
-        "VISIONCACHE_DISK_MAX_BYTES": "3MiB",
-        "VISIONCACHE_REDIS_URL": "redis://127.0.0.1:1/0",
-        "VISIONCACHE_REDIS_PREFIX": "vc-test:",
-        "VISIONCACHE_REDIS_TTL": "60",
-        "VISIONCACHE_REDIS_TIMEOUT": "0.1",
-        "VISIONCACHE_HMAC_SECRET": "k",
-    }
-    chain = TierChain.from_env(environ=env)
-    assert chain is not None
-    disk, remote = chain.tiers
-    assert disk.stats()["max_bytes"] == 3 * 2**20
-    assert (remote.name, remote.key_prefix, remote.ttl_seconds) == ("redis", "vc-test:", 60)  # type: ignore[attr-defined]
-    assert chain.save(KEY, VALUE)  # nothing listens on port 1: Redis fails, disk stores
-    assert np.array_equal(chain.load(KEY), VALUE)
-    assert chain.stats()["redis"]["errors"] == 1  # then its breaker skips it
-    chain.close()
-    for name, bad in (("VISIONCACHE_DISK_MAX_BYTES", "2 parsecs"), ("VISIONCACHE_REDIS_TTL", "soon")):
-        with pytest.raises(ConfigurationError, match=name):
-            TierChain.from_env(environ={**env, name: bad})
+    with pytest.raises(ConfigurationError):
+        TierChain([])
+    with pytest.raises(ConfigurationError):
+        TierChain([MemoryTier(1)], secrets=[b""])
+    with pytest.raises(ConfigurationError):
+        TierChain([MemoryTier(1)], retry_interval=float("nan"))
+    with pytest.raises(ConfigurationError):
+        TierChain([MemoryTier(1)], max_pending_write_bytes=-1)

@@ -85,4 +85,15 @@ def test_keys_are_exact(tier: Tier) -> None:
 def test_stats_are_numbers(tier: Tier) -> None:
     tier.put(KEY, b"value")
     stats = tier.stats()
-    assert stats and all(isinstance(value, int | float) for value in stats.values())
+    assert all(isinstance(value, int | float) for value in stats.values())
+
+
+def test_batched_reads_answer_in_order(tier: Tier) -> None:
+    names = [KEY[:-1] + str(index) for index in range(10)]
+    for index, name in enumerate(names[::2]):
+        tier.put(name, bytes([index]) * 3)
+    assert tier.get_many(names) == [
+        bytes([index // 2]) * 3 if index % 2 == 0 else None for index in range(10)
+    ]
+    assert tier.contains_many(names) == [index % 2 == 0 for index in range(10)]
+    assert tier.get_many([]) == [] and tier.contains_many([]) == []

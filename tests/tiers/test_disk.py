@@ -76,7 +76,8 @@ def test_corrupt_file_entry_is_counted_deleted_and_missed(tmp_path: Path, damage
         del data[len(data) - 1000 :]
     path.write_bytes(bytes(data))
     assert chain.load(key(1)) is None
-    assert chain.stats()["disk"]["corrupt"] == 1
+    assert chain.flush(timeout=30)  # corrupt entries are deleted in the background
+    assert chain.stats().tier("disk").corrupt == 1
     assert not tier.contains(key(1))
     assert chain.save(key(1), large)  # and the key works again afterwards
     assert np.array_equal(chain.load(key(1)), large)
@@ -91,7 +92,8 @@ def test_corrupt_inline_entry_in_sqlite(tmp_path: Path) -> None:
         damaged = bytes(blob).replace(b"[1,2,3]", b"[1,2,4]")
         database.execute("UPDATE Cache SET value = ? WHERE key = ?", (damaged, key(2)))
     assert chain.load(key(2)) is None
-    assert chain.stats()["disk"]["corrupt"] == 1
+    assert chain.flush(timeout=30)  # corrupt entries are deleted in the background
+    assert chain.stats().tier("disk").corrupt == 1
     assert not tier.contains(key(2))
 
 
@@ -122,7 +124,8 @@ def test_pickled_values_are_never_unpickled(tmp_path: Path) -> None:
     chain = TierChain([tier])
     assert chain.load(key(3)) is None
     assert UNPICKLED == []
-    assert chain.stats()["disk"]["corrupt"] == 1 and not tier.contains(key(3))
+    assert chain.flush(timeout=30)  # corrupt entries are deleted in the background
+    assert chain.stats().tier("disk").corrupt == 1 and not tier.contains(key(3))
     with pytest.raises(TypeError):
         tier.put(key(4), "a str, not bytes")  # type: ignore[arg-type]
 
@@ -136,10 +139,10 @@ def test_filling_the_budget_evicts_least_recently_used(tmp_path: Path) -> None:
         assert chain.save(key(index), value)
         if index >= 1:
             assert chain.load(key(0)) is not None  # keep key 0 recently used
-    stats = chain.stats()["disk"]
-    assert stats["errors"] == 0
-    assert stats["entries"] < 40
-    assert stats["bytes"] <= budget + 2 * 2**20  # diskcache culls after the write that overflows
+    stats = chain.stats().tier("disk")
+    assert stats.errors == 0
+    assert stats.entries < 40
+    assert stats.bytes <= budget + 2 * 2**20  # diskcache culls after the write that overflows
     assert np.array_equal(chain.load(key(0)), values[0])
     assert np.array_equal(chain.load(key(39)), values[39])
     assert chain.load(key(1)) is None  # least recently used went first
@@ -153,5 +156,7 @@ def test_blob_larger_than_budget_is_rejected(tmp_path: Path) -> None:
 
 
 def test_reopening_without_a_limit_keeps_the_stored_one(tmp_path: Path) -> None:
-    DiskTier(tmp_path / "disk", 3 * 2**20).close()
+    first = DiskTier(tmp_path / "disk", 3 * 2**20)
+    first.put("key", b"blob")  # the directory is created at the first operation
+    first.close()
     assert DiskTier(tmp_path / "disk").stats()["max_bytes"] == 3 * 2**20

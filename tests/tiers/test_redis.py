@@ -23,8 +23,8 @@ def test_killed_server_costs_nothing_and_restart_brings_the_tier_back(
 ) -> None:
     server = redis_process_factory()
     clock = FakeClock()
-    tier = RedisTier(server.url, socket_timeout=0.25, retry_interval=5.0, clock=clock)
-    chain = TierChain([tier])
+    tier = RedisTier(server.url, socket_timeout=0.25)
+    chain = TierChain([tier], retry_interval=5.0, clock=clock, max_pending_write_bytes=0)
     assert chain.save(key(0), VALUE)
     assert np.array_equal(chain.load(key(0)), VALUE)
 
@@ -33,20 +33,20 @@ def test_killed_server_costs_nothing_and_restart_brings_the_tier_back(
     for index in range(50):
         chain.save(key(index), VALUE)  # never raises
     assert results == [None] * 50
-    stats = chain.stats()["redis"]
-    assert stats["errors"] == 1  # one failed call; the breaker skipped the other 99
-    assert stats["breaker_open"] == 1 and stats["skipped"] == 99
+    stats = chain.stats().tier("redis")
+    assert stats.errors == 1  # one failed call; the breaker skipped the other 99
+    assert stats.breaker_open == 1 and stats.skipped == 99
 
     clock.now += 5.0  # one probe per interval, and it fails again
     assert chain.load(key(0)) is None and chain.load(key(0)) is None
-    assert chain.stats()["redis"]["errors"] == 2
+    assert chain.stats().tier("redis").errors == 2
 
     server.start()  # same port, empty
     clock.now += 5.0
     assert chain.save(key(1), VALUE)
     assert np.array_equal(chain.load(key(1)), VALUE)
-    stats = chain.stats()["redis"]
-    assert stats["breaker_open"] == 0 and stats["errors"] == 2 and stats["hits"] == 2
+    stats = chain.stats().tier("redis")
+    assert stats.breaker_open == 0 and stats.errors == 2 and stats.hits == 2
     tier.close()
 
 
@@ -56,8 +56,8 @@ def test_stalled_server_costs_one_timeout_per_interval(
 ) -> None:
     server = redis_process_factory()
     clock = FakeClock()
-    tier = RedisTier(server.url, socket_timeout=0.25, retry_interval=5.0, clock=clock)
-    chain = TierChain([tier])
+    tier = RedisTier(server.url, socket_timeout=0.25)
+    chain = TierChain([tier], retry_interval=5.0, clock=clock, max_pending_write_bytes=0)
     chain.save(key(0), VALUE)
     os.kill(server.process.pid, signal.SIGSTOP)  # alive but answering nothing
     try:
@@ -68,8 +68,8 @@ def test_stalled_server_costs_one_timeout_per_interval(
         os.kill(server.process.pid, signal.SIGCONT)
     # One call per interval reached the server and timed out; the other 38 never touched the
     # network (counted, not timed: wall-clock asserts would flake on a loaded machine).
-    stats = chain.stats()["redis"]
-    assert (stats["errors"], stats["skipped"]) == (2, 38)
+    stats = chain.stats().tier("redis")
+    assert (stats.errors, stats.skipped) == (2, 38)
     clock.now += 5.0
     assert np.array_equal(chain.load(key(0)), VALUE)  # used again once it answers
     tier.close()
@@ -109,9 +109,9 @@ def test_writes_skipped_by_an_open_breaker_are_not_counted_as_stored() -> None:
     # Regression: a put skipped by the open breaker used to count as a write and report success.
     from tests.tiers.conftest import free_port
 
-    tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", retry_interval=60.0)  # nothing listens
-    chain = TierChain([tier])
+    tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens
+    chain = TierChain([tier], retry_interval=60.0)
     assert chain.save("tag/embedding/" + "00" * 32, np.zeros(4)) is False  # fails, opens the breaker
     assert chain.save("tag/embedding/" + "11" * 32, np.zeros(4)) is False  # skipped, not tried
-    stats = chain.stats()["redis"]
-    assert (stats["writes"], stats["errors"], stats["skipped"]) == (0, 1, 1)
+    stats = chain.stats().tier("redis")
+    assert (stats.writes, stats.errors, stats.skipped) == (0, 1, 1)

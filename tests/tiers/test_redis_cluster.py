@@ -47,7 +47,6 @@ def test_keys_spread_over_every_node_round_trip(redis_cluster: Any) -> None:
     assert all(tier.contains(name) for name in blobs)
     counts = keys_per_node(redis_cluster, prefix)
     assert sum(counts.values()) == 50 and all(count > 0 for count in counts.values()), counts
-    assert tier.stats()["failures"] == 0
     tier.close()
 
 
@@ -104,13 +103,12 @@ def test_stats_command_reads_the_whole_cluster(
 def test_a_cluster_that_is_down_at_start_fails_no_request() -> None:
     """RedisCluster connects in its constructor; the tier must not raise, and the breaker must open."""
     clock = FakeClock()
-    tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", cluster=True, clock=clock)  # nothing listens
-    chain = TierChain([tier])
+    tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", cluster=True)  # nothing listens
+    chain = TierChain([tier], clock=clock, max_pending_write_bytes=0)
     assert [chain.load(key(index)) for index in range(20)] == [None] * 20
     chain.save(key(0), VALUE)  # skipped by the open breaker, no exception
-    stats = chain.stats()["redis"]
-    assert stats["errors"] == 1 and stats["breaker_open"] == 1 and stats["skipped"] == 20
-    assert tier.get(key(0)) is None  # skipped, no exception while the breaker is open
+    stats = chain.stats().tier("redis")
+    assert stats.errors == 1 and stats.breaker_open == 1 and stats.skipped == 20
     tier.close()
 
 
@@ -125,8 +123,8 @@ def spare_cluster(redis_cluster_factory: Callable[[], Any]) -> Iterator[Any]:
 @pytest.mark.slow
 def test_stalled_cluster_costs_one_failure_per_interval(spare_cluster: Any) -> None:
     clock = FakeClock()
-    tier = RedisTier(spare_cluster.url, cluster=True, key_prefix=unique_prefix(), clock=clock)
-    chain = TierChain([tier])
+    tier = RedisTier(spare_cluster.url, cluster=True, key_prefix=unique_prefix())
+    chain = TierChain([tier], clock=clock, max_pending_write_bytes=0)
     assert chain.save(key(0), VALUE)
     for process in spare_cluster.processes:
         os.kill(process.pid, signal.SIGSTOP)  # alive but answering nothing
@@ -137,8 +135,8 @@ def test_stalled_cluster_costs_one_failure_per_interval(spare_cluster: Any) -> N
             os.kill(process.pid, signal.SIGCONT)
     # One failed call reached the cluster (its timeout plus redis-py re-reading the slot map);
     # the other 19 never touched the network.
-    stats = chain.stats()["redis"]
-    assert stats["errors"] == 1 and stats["skipped"] == 19
+    stats = chain.stats().tier("redis")
+    assert stats.errors == 1 and stats.skipped == 19
     clock.now += 5.0
     assert np.array_equal(chain.load(key(0)), VALUE)  # used again once it answers
     tier.close()
@@ -147,8 +145,8 @@ def test_stalled_cluster_costs_one_failure_per_interval(spare_cluster: Any) -> N
 @pytest.mark.slow
 def test_killed_cluster_costs_nothing_and_restart_brings_the_tier_back(spare_cluster: Any) -> None:
     clock = FakeClock()
-    tier = RedisTier(spare_cluster.url, cluster=True, key_prefix=unique_prefix(), clock=clock)
-    chain = TierChain([tier])
+    tier = RedisTier(spare_cluster.url, cluster=True, key_prefix=unique_prefix())
+    chain = TierChain([tier], clock=clock, max_pending_write_bytes=0)
     assert chain.save(key(0), VALUE)
     assert np.array_equal(chain.load(key(0)), VALUE)
 
@@ -157,18 +155,18 @@ def test_killed_cluster_costs_nothing_and_restart_brings_the_tier_back(spare_clu
     for index in range(50):
         chain.save(key(index), VALUE)
     assert results == [None] * 50
-    stats = chain.stats()["redis"]
-    assert stats["errors"] == 1 and stats["breaker_open"] == 1 and stats["skipped"] == 99
-    assert tier.stats()["failures"] == 1
+    stats = chain.stats().tier("redis")
+    assert stats.errors == 1 and stats.breaker_open == 1 and stats.skipped == 99
+    assert chain.stats().tier("redis").errors == 1
     clock.now += 5.0  # one probe per interval, and it fails again
     assert chain.load(key(0)) is None and chain.load(key(0)) is None
-    assert chain.stats()["redis"]["errors"] == 2 and tier.stats()["failures"] == 2
+    assert chain.stats().tier("redis").errors == 2
 
     spare_cluster.start()  # same ports; nodes-P.conf rejoins the cluster, empty
     clock.now += 5.0
     assert chain.save(key(1), VALUE)
     assert np.array_equal(chain.load(key(1)), VALUE)
-    assert chain.stats()["redis"]["breaker_open"] == 0
+    assert chain.stats().tier("redis").breaker_open == 0
     tier.close()
 
 
@@ -194,6 +192,7 @@ def test_second_cache_sharing_the_cluster_hits_without_encoding(redis_cluster: A
     second = VisionEmbeddingCache(tiers=[RedisTier(redis_cluster.url, cluster=True, key_prefix=prefix)])
     got = second.encode_images(batch, must_not_encode)
     assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
-    stats = second.get_stats()
-    assert stats["embedding_cache_hits"] == 6 and stats["embedding_cache_misses"] == 0
-    assert stats["tiers"]["redis"]["hits"] == 6 and stats["tiers"]["redis"]["errors"] == 0
+    stats = second.snapshot()
+    assert stats.levels["embedding"].hits == 6 and stats.levels["embedding"].misses == 0
+    assert stats.tiers is not None
+    assert stats.tiers.tier("redis").hits == 6 and stats.tiers.tier("redis").errors == 0

@@ -20,7 +20,7 @@ API for the bench::
     pipeline = MlxPipeline(model, processor, mode, cache_options={})  # mode in MODES
     pipeline.warm_up()                                  # untimed; pays one-time allocations
     result = pipeline.run_request(images, prompt)       # a RequestResult
-    pipeline.stats()                                    # the cache's get_stats(), {} for "off"
+    pipeline.stats()                                    # the cache's snapshot(), None for "off"
 
 ``prompt`` holds one ``IMAGE_PLACEHOLDER`` per image (``workload.chat_prompt(request,
 IMAGE_PLACEHOLDER)``); images are any visioncache image input (the workload's ``data:`` URLs).
@@ -47,6 +47,7 @@ from visioncache.integrations.mlx_features import encode_pixel_entries, feature_
 from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
 from visioncache.integrations.mlx_processing import preprocess_images
 from visioncache.integrations.mlx_vlm import cache_namespace, inputs_from_features
+from visioncache.stats import CacheStats
 
 __all__ = ["IMAGE_PLACEHOLDER", "MODES", "MlxPipeline", "RequestResult", "build_random_model"]
 
@@ -89,8 +90,8 @@ class MlxPipeline:
             )
         )
 
-    def stats(self) -> dict[str, Any]:
-        return self.cache.get_stats() if self.cache is not None else {}
+    def stats(self) -> CacheStats | None:
+        return self.cache.snapshot() if self.cache is not None else None
 
     def warm_up(self) -> None:
         """One small uncached request: the first forward pays one-time allocation costs."""

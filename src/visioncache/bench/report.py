@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from visioncache.stats import CacheStats, hit_rate
+
 __all__ = ["ModeResult", "format_seconds", "format_table", "image_cost_ratios", "report_json"]
 
 
@@ -28,18 +30,21 @@ class ModeResult:
     image_s: list[float] = field(default_factory=list)
     prefill_s: list[float] = field(default_factory=list)
     images_per_request: list[int] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)  # the cache's get_stats(), if any
+    stats: CacheStats | None = None  # the cache's snapshot(), if the mode has a cache
 
     @property
     def requests(self) -> int:
         return len(self.prefill_s)
 
     def hit_rate(self, level: str) -> float:
-        return float(self.stats.get(f"{level}_hit_rate", 0.0))
+        if self.stats is None:
+            return 0.0
+        counters = self.stats.levels[level]
+        return hit_rate(counters.hits, counters.misses)
 
     @property
     def bytes_cached(self) -> int:
-        return sum(int(value) for key, value in self.stats.items() if key.endswith("_cache_bytes"))
+        return sum(level.bytes for level in self.stats.levels.values()) if self.stats is not None else 0
 
     def prefill_percentile(self, percent: int) -> float:
         if len(self.prefill_s) < 2:

@@ -147,7 +147,7 @@ class _ModeRun:
         result.wall_s = sum(result.prefill_s)
         result.preprocess_s, result.encode_s = times.preprocess_seconds, times.encode_seconds
         result.images_encoded, result.images_sent = times.images_encoded, workload.images_sent
-        result.stats = self.cache.get_stats() if self.cache is not None else {}
+        result.stats = self.cache.snapshot() if self.cache is not None else None
         return result
 
 

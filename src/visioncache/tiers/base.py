@@ -1,25 +1,22 @@
 """The tier interface: a byte store addressed by str keys, below the in-memory store.
 
 A tier stores opaque blobs (what `visioncache.serialization.dumps` produced); it never interprets
-them, so every tier can be checked by one contract test suite. A tier may raise on a failure
-(I/O, network); `visioncache.tiers.chain.TierChain` catches, counts and skips it, so a failing
-tier never fails a request. ``stats`` must be cheap and make no network call: it runs at every
+them, so every tier can be checked by one contract test suite. A tier raises on a failure (I/O,
+network, a lock it could not take within its timeout); `visioncache.tiers.chain.TierChain` catches
+and counts it, and a circuit breaker then skips the tier for a while, so a failing tier never
+fails a request and costs at most one timeout per retry interval. A problem with one key only
+(e.g. a Redis key of the wrong type) is raised as `CorruptEntryError`: the chain treats that key
+as a corrupt entry, not the tier as down. Constructing a tier opens nothing: files and connections
+start at the first operation. ``stats`` must be cheap and make no network call: it runs at every
 metrics scrape.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Tier", "TierUnavailable"]
-
-
-class TierUnavailable(Exception):
-    """A tier skipped a write without trying it (e.g. its circuit breaker is open).
-
-    Not a failure to count: the tier counts its own skips. The chain only learns that the blob
-    was not stored.
-    """
+__all__ = ["Tier"]
 
 
 @runtime_checkable
@@ -32,17 +29,20 @@ class Tier(Protocol):
         """The blob stored under ``key``, or None."""
         ...
 
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The blobs of ``keys``, in order (None where missing), in one round trip or transaction."""
+        ...
+
     def put(self, key: str, blob: bytes) -> None:
-        """Store ``blob`` under ``key``, replacing any older one; may evict other keys. Raises
-        `TierUnavailable` when it skips the write without trying."""
+        """Store ``blob`` under ``key``, replacing any older one; may evict other keys."""
         ...
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
         ...
 
-    def contains(self, key: str) -> bool:
-        """Whether ``key`` is stored (without counting a hit or a miss)."""
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key is stored (without counting hits or misses), in one round trip."""
         ...
 
     def stats(self) -> dict[str, int | float]:

@@ -2,7 +2,7 @@
 
 Guarantee: after a failure, `allow` answers False (no network call) until ``retry_interval``
 seconds have passed; then it lets exactly one caller through as a probe, even with many threads,
-and closes again only when that probe succeeds. So a dead or slow server costs at most one
+and closes again only when that probe succeeds. So a dead, locked or stalled tier costs at most one
 timeout per interval, and a server that is back is used again within one interval.
 """
 
@@ -21,7 +21,7 @@ class CircuitBreaker:
     """Closed (calls go through), open (calls skipped) or probing; ``clock`` is injectable for tests."""
 
     def __init__(self, retry_interval: float = 5.0, *, clock: Callable[[], float] = time.monotonic) -> None:
-        if retry_interval <= 0:
+        if not retry_interval > 0:  # also refuses nan
             raise ConfigurationError(f"retry_interval must be > 0 seconds, got {retry_interval}")
         self.retry_interval = retry_interval
         self._clock = clock

@@ -1,40 +1,70 @@
-"""`TierChain`: read-through / write-through over shared tiers, where a failing tier never fails a call.
+"""`TierChain`: the shared tiers below memory, where a failing tier never fails a call.
 
-The cache's in-memory `Store` sits above the chain; the chain holds the tiers below it, in order
-(typically disk, then Redis). `load` tries them in turn, and a hit in a lower tier is written back
-into the earlier tiers that missed; `save` serialises once and writes to every tier. Any exception
-a tier raises is caught and counted (``errors``); a blob that fails `serialization.loads` (truncated,
-altered, forged, wrong version) is counted (``corrupt``), deleted and treated as a miss. So a call
-returns a correct tree or None, never an error and never someone else's entry.
+The chain holds the tiers in order (typically disk, then Redis) and is the only code that talks to
+them. Guarantees:
 
-Keys are the cache's ``"<namespace tag>/<level>/<hex digest>"``; the namespace and salt are in the
-tag, so two namespaces sharing a server never see each other's entries. `register_namespace`
-stores ``__namespaces__/<tag>`` -> the readable namespace name, for `visioncache stats`.
+- **bounded cost**: every tier sits behind its own `CircuitBreaker`. A tier that raises (down,
+  locked, stalled past its timeout) is counted and then skipped, without a call, for
+  ``retry_interval`` seconds: at most one timeout per interval, then zero;
+- **batched reads**: `load_many` asks each tier once for all the keys still missing (one ``MGET``
+  or pipeline per Redis node, one transaction on disk). A hit in a lower tier is promoted into the
+  upper tiers that missed, through the background writer;
+- **never a wrong value**: a blob that fails `serialization.loads` (truncated, altered, misplaced)
+  is counted as ``corrupt``, deleted and missed; one signed under a secret this chain does not
+  accept is counted as ``unverified`` and missed, but not deleted (another fleet may read it);
+- **snapshots, not references**: `save_entry` reserves room in the writer's byte budget, copies
+  the value to fresh host memory (`values.host_snapshot`) on the caller's thread, and serialises
+  and writes it in the background; mutating the value afterwards never reaches a tier. Queued
+  bytes never exceed ``max_pending_write_bytes`` (beyond it, writes are dropped and counted);
+  ``max_pending_write_bytes=0`` writes on the caller's thread;
+- **keys that reveal nothing**: with HMAC ``secrets``, the digest part of each tier key is keyed
+  with a key derived from the secret (the cache's salt keys it already), so listing a server's
+  keys does not tell whether a known image was processed. ``secrets`` lists accepted secrets:
+  writes sign (and key) with the first, reads try each, so fleets can rotate without evicting
+  each other. Without a secret, anyone who can write to a shared tier can plant values: a
+  `UnsignedTierWarning` says so once per process for network tiers;
+- **no side effects at construction**: files, connections and the writer thread start at the
+  first operation. `close` flushes queued writes, then closes the tiers.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
-from collections.abc import Mapping, Sequence
+import time
+import warnings
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from visioncache.errors import ConfigurationError, CorruptEntryError, UnserializableValueError
-from visioncache.serialization import dumps, loads
-from visioncache.tiers.base import Tier, TierUnavailable
-from visioncache.tiers.disk import DiskTier
-from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter
-from visioncache.values import parse_byte_size
+from blake3 import blake3
 
-__all__ = ["NAMESPACE_PREFIX", "TierChain", "namespace_name"]
+from visioncache.errors import ConfigurationError, CorruptEntryError, UnverifiableEntryError
+from visioncache.serialization import dumps, loads
+from visioncache.tiers.base import Tier
+from visioncache.tiers.breaker import CircuitBreaker
+from visioncache.tiers.stats import ChainStats, TierCounts, tier_stats
+from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter, Job
+from visioncache.values import host_snapshot, tree_nbytes
+
+__all__ = [
+    "DEFAULT_MAX_PENDING_WRITE_BYTES",
+    "NAMESPACE_PREFIX",
+    "TierChain",
+    "UnsignedTierWarning",
+    "namespace_name",
+]
 
 logger = logging.getLogger(__name__)
 
 NAMESPACE_PREFIX = "__namespaces__/"
-_COUNTERS = ("hits", "misses", "errors", "corrupt", "writes", "promotions")
+DEFAULT_MAX_PENDING_WRITE_BYTES = 256 * 2**20
+_warned_unsigned = False
+
+
+class UnsignedTierWarning(UserWarning):
+    """A network tier without an HMAC secret: anyone who can write to it can plant values."""
 
 
 def namespace_name(record: bytes) -> str | None:
@@ -46,143 +76,240 @@ def namespace_name(record: bytes) -> str | None:
     return name if isinstance(name, str) else None
 
 
-DEFAULT_WRITE_QUEUE = 64
-
-
 class TierChain:
-    """Tiers tried in order; ``secret`` (bytes) makes every blob HMAC-signed and checked.
-
-    `save_entry` (what the cache calls) writes in the background through a queue of
-    ``write_queue`` entries (`tiers.writer`); ``write_queue=0`` writes on the caller's thread.
-    `save` always writes on the caller's thread.
-    """
+    """Tiers tried in order, each behind a breaker (see the module docstring for the guarantees)."""
 
     def __init__(
-        self, tiers: Sequence[Tier], *, secret: bytes | None = None, write_queue: int = DEFAULT_WRITE_QUEUE
+        self,
+        tiers: Sequence[Tier],
+        *,
+        secrets: Sequence[bytes] = (),
+        secret: bytes | None = None,
+        retry_interval: float = 5.0,
+        max_pending_write_bytes: int = DEFAULT_MAX_PENDING_WRITE_BYTES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         names = [tier.name for tier in tiers]
-        if len(set(names)) != len(names):
-            raise ConfigurationError(f"tier names must be unique, got {names}")
-        if secret is not None and (not isinstance(secret, bytes) or not secret):
-            raise ConfigurationError("the HMAC secret must be non-empty bytes")
+        if not tiers or len(set(names)) != len(names):
+            raise ConfigurationError(f"a TierChain needs tiers with unique names, got {names}")
+        accepted = [*secrets, *([secret] if secret is not None else [])]
+        if secrets and secret is not None:
+            raise ConfigurationError("pass secrets=[...] or secret=..., not both")
+        if not all(isinstance(item, bytes) and item for item in accepted):
+            raise ConfigurationError("HMAC secrets must be non-empty bytes")
+        if isinstance(max_pending_write_bytes, bool) or not max_pending_write_bytes >= 0:
+            raise ConfigurationError(f"max_pending_write_bytes must be >= 0, got {max_pending_write_bytes}")
         self.tiers = tuple(tiers)
-        self._secret = secret
+        self._secrets: list[bytes | None] = list(accepted) or [None]
+        self._key_secrets = [blake3(b"visioncache/tier-key/v1\0" + item).digest() for item in accepted]
+        self._breakers = {name: CircuitBreaker(retry_interval, clock=clock) for name in names}
+        self._counts = {name: TierCounts() for name in names}
         self._lock = threading.Lock()
-        self._counts = {tier.name: dict.fromkeys(_COUNTERS, 0) for tier in self.tiers}
         self._unserializable = 0
+        self._namespaces: dict[str, str] = {}  # tag -> name, written with the first save
         self._registered: set[str] = set()
-        if write_queue < 0:
-            raise ConfigurationError(f"write_queue must be >= 0, got {write_queue}")
-        self._writer = BackgroundWriter(write_queue) if write_queue else None
+        self._writer = BackgroundWriter(max_pending_write_bytes) if max_pending_write_bytes else None
+        if not accepted and any(getattr(tier, "network", False) for tier in tiers):
+            _warn_unsigned([tier.name for tier in tiers if getattr(tier, "network", False)])
 
-    def _count(self, tier: Tier, counter: str) -> None:
-        with self._lock:  # `+=` on a dict item is not atomic across threads
-            self._counts[tier.name][counter] += 1
+    # ---- keys ----------------------------------------------------------------------------------
+    def tier_keys(self, key: str) -> list[str]:
+        """The keys ``key`` is stored under, one per accepted secret (writes use the first)."""
+        if not self._key_secrets:
+            return [key]
+        prefix, _, digest = key.rpartition("/")
+        encoded = digest.encode("utf-8", "surrogatepass")
+        return [f"{prefix}/{blake3(encoded, key=secret).hexdigest()}" for secret in self._key_secrets]
 
-    def load(self, key: str) -> Any | None:
-        """The tree stored under ``key`` in the first tier that has an intact copy, or None."""
-        missed: list[Tier] = []
+    # ---- guarded calls -------------------------------------------------------------------------
+    def _guarded(self, tier: Tier, operation: Callable[[], Any]) -> tuple[bool, Any]:
+        """(True, result) of ``operation``, or (False, None) if the breaker skipped it or it failed."""
+        breaker = self._breakers[tier.name]
+        if not breaker.allow():
+            return False, None
+        try:
+            result = operation()
+        except CorruptEntryError:  # one key's problem, not the tier's: the caller handles it
+            breaker.record_success()
+            raise
+        except Exception as error:  # a tier must never fail a request
+            breaker.record_failure()
+            logger.warning("tier %s failed: %r", tier.name, error)
+            self._add(tier, "errors")
+            return False, None
+        breaker.record_success()
+        return True, result
+
+    def _add(self, tier: Tier, counter: str, count: int = 1) -> None:
+        with self._lock:  # `+=` on an attribute is not atomic across threads
+            setattr(self._counts[tier.name], counter, getattr(self._counts[tier.name], counter) + count)
+
+    # ---- reads ---------------------------------------------------------------------------------
+    def load_many(self, keys: Sequence[str]) -> list[Any | None]:
+        """The tree stored under each key in the first tier with an intact copy (None: nowhere)."""
+        results: list[Any | None] = [None] * len(keys)
+        variants = [self.tier_keys(key) for key in keys]
+        width = len(self._secrets)
+        pending = list(range(len(keys)))
+        missed: dict[int, list[Tier]] = {index: [] for index in pending}
         for tier in self.tiers:
+            if not pending:
+                break
+            names = [name for index in pending for name in variants[index]]
             try:
-                blob = tier.get(key)
-                if blob is None:
-                    self._count(tier, "misses")
-                    missed.append(tier)
+                ok, blobs = self._guarded(tier, partial(tier.get_many, names))
+            except CorruptEntryError:  # a tier should answer per key; treat it as a miss here
+                ok = False
+            if not ok:
+                continue  # skipped or failed: no promotion into it either
+            still_missing = []
+            for position, index in enumerate(pending):
+                found = self._decode(
+                    tier, keys[index], variants[index], blobs[position * width : (position + 1) * width]
+                )
+                if found is None:
+                    missed[index].append(tier)
+                    still_missing.append(index)
                     continue
-                tree = loads(blob, secret=self._secret, context=key)
+                results[index], name, blob = found
+                for upper in missed[index]:
+                    self._submit(len(blob), self._put_job(upper, name, blob, "promotions"))
+            self._add(tier, "hits", len(pending) - len(still_missing))
+            self._add(tier, "misses", len(still_missing))
+            pending = still_missing
+        return results
+
+    def _decode(
+        self, tier: Tier, key: str, names: list[str], blobs: Sequence[bytes | None]
+    ) -> tuple[Any, str, bytes] | None:
+        """(tree, tier key, blob) of the first blob that verifies under its secret, or None."""
+        for name, blob, secret in zip(names, blobs, self._secrets, strict=True):
+            if blob is None:
+                continue
+            try:
+                return loads(blob, secret=secret, context=key), name, blob
+            except UnverifiableEntryError:
+                self._add(tier, "unverified")
             except CorruptEntryError as error:
-                logger.warning("tier %s: deleting corrupt entry %s: %s", tier.name, key, error)
-                self._count(tier, "corrupt")
-                self._call(tier, "delete", key)
-                missed.append(tier)
-                continue
-            except Exception as error:  # a tier must never fail a request
-                self._record_error(tier, "get", error)
-                continue
-            self._count(tier, "hits")
-            for upper in missed:
-                if self._call(upper, "put", key, blob):
-                    self._count(upper, "promotions")
-            return tree
+                logger.warning("tier %s: deleting corrupt entry %s: %s", tier.name, name, error)
+                self._add(tier, "corrupt")
+                self._submit(0, partial(self._guarded, tier, partial(tier.delete, name)))
         return None
 
-    def save(self, key: str, tree: object) -> bool:
-        """Serialise ``tree`` once and write it to every tier; True if at least one stored it.
+    def load(self, key: str) -> Any | None:
+        """`load_many` of one key."""
+        return self.load_many([key])[0]
 
-        A tree the serialisation cannot hold is counted (``unserializable``) and not stored: the
+    def load_entries(self, keys: Sequence[str]) -> list[tuple[Any, float] | None]:
+        """Cache entries saved by `save_entry`: (value, seconds it cost to compute), or None."""
+        return [_unwrap(envelope) for envelope in self.load_many(keys)]
+
+    def load_entry(self, key: str) -> tuple[Any, float] | None:
+        return self.load_entries([key])[0]
+
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        """Whether some tier holds each key (not verified: a later load may still miss)."""
+        found = [False] * len(keys)
+        variants = [self.tier_keys(key) for key in keys]
+        width = len(self._secrets)
+        for tier in self.tiers:
+            pending = [index for index, hit in enumerate(found) if not hit]
+            if not pending:
+                break
+            names = [name for index in pending for name in variants[index]]
+            try:
+                ok, answers = self._guarded(tier, partial(tier.contains_many, names))
+            except CorruptEntryError:
+                continue
+            for position, index in enumerate(pending):
+                found[index] = ok and any(answers[position * width : (position + 1) * width])
+        return found
+
+    # ---- writes --------------------------------------------------------------------------------
+    def save(self, key: str, tree: object) -> bool:
+        """Serialise ``tree`` once and write it to every tier now; True if at least one stored it.
+
+        A tree that cannot be serialised is counted (``unserializable``) and not stored: the
         caller still has its value, and the request goes on uncached.
         """
         try:
-            blob = dumps(tree, secret=self._secret, context=key)
-        except UnserializableValueError as error:
-            logger.warning("not storing %s in shared tiers: %s", key, error)
+            blob = dumps(tree, secret=self._secrets[0], context=key)
+        except Exception as error:  # any failure to serialise must not fail the request
+            logger.warning("not storing %s in shared tiers: %r", key, error)
             with self._lock:
                 self._unserializable += 1
             return False
-        stored = False
-        for tier in self.tiers:
-            if self._call(tier, "put", key, blob):
-                self._count(tier, "writes")
-                stored = True
-        return stored
-
-    def load_entry(self, key: str) -> tuple[Any, float] | None:
-        """A cache entry saved by `save_entry`: its value and the seconds it cost to compute."""
-        envelope = self.load(key)
-        if not isinstance(envelope, dict) or set(envelope) != {"value", "cost"}:
-            return None
-        cost = envelope["cost"]
-        return envelope["value"], float(cost) if isinstance(cost, int | float) else 0.0
+        self._register_namespaces()
+        name = self.tier_keys(key)[0]
+        stored = [self._put_job(tier, name, blob, "writes")() for tier in self.tiers]
+        return any(stored)
 
     def save_entry(self, key: str, value: object, cost: float) -> bool:
-        """Store a cache entry with its cost (so a hit after promotion still counts time saved):
-        queued for the background writer, or written now without one. False if not stored."""
-        if self._writer is not None:
-            return self._writer.submit(partial(self._save_entry_now, key, value, cost))
-        return self._save_entry_now(key, value, cost)
+        """Store a cache entry with its cost: a snapshot queued for the background writer (or
+        written now without one). False if it was not stored or queued."""
+        envelope = {"value": value, "cost": float(cost)}
+        if self._writer is None:
+            return self.save(key, envelope)
+        try:
+            nbytes = tree_nbytes(value)
+        except Exception:
+            nbytes = -1
+        if nbytes < 0:
+            with self._lock:
+                self._unserializable += 1
+            return False
 
-    def _save_entry_now(self, key: str, value: object, cost: float) -> bool:
-        return self.save(key, {"value": value, "cost": float(cost)})
+        def prepare() -> Job:
+            snapshot = host_snapshot(envelope)
+            return lambda: self.save(key, snapshot)
 
+        try:
+            return self._writer.submit(nbytes, prepare)
+        except Exception as error:  # e.g. a leaf that cannot be copied
+            logger.warning("not storing %s in shared tiers: %r", key, error)
+            with self._lock:
+                self._unserializable += 1
+            return False
+
+    def _put_job(self, tier: Tier, name: str, blob: bytes, counter: str) -> Callable[[], bool]:
+        def job() -> bool:
+            ok, _ = self._guarded(tier, partial(tier.put, name, blob))
+            if ok:
+                self._add(tier, counter)
+            return ok
+
+        return job
+
+    def _submit(self, nbytes: int, job: Callable[[], object]) -> None:
+        """Run ``job`` in the background (or now, without a writer); dropped if the queue is full."""
+        if self._writer is None:
+            job()
+        else:
+            self._writer.submit(nbytes, lambda: job)
+
+    def register_namespace(self, tag: str, name: str) -> None:
+        """Record that ``tag`` stands for namespace ``name`` (for `visioncache stats`); the record
+        is written with the first save, not now."""
+        with self._lock:
+            self._namespaces.setdefault(tag, name)
+
+    def _register_namespaces(self) -> None:
+        with self._lock:
+            new = {tag: name for tag, name in self._namespaces.items() if tag not in self._registered}
+            self._registered.update(new)
+        for tag, name in new.items():
+            record = json.dumps({"tag": tag, "name": name}).encode()
+            for tier in self.tiers:
+                self._guarded(tier, partial(tier.put, NAMESPACE_PREFIX + tag, record))
+
+    # ---- lifecycle -----------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for queued background writes; False if ``timeout`` seconds passed first."""
         return self._writer.flush(timeout) if self._writer is not None else True
 
-    def register_namespace(self, tag: str, name: str) -> None:
-        """Record once per process that ``tag`` stands for namespace ``name`` (for `stats`);
-        in the background when the chain has a writer, so a slow tier cannot delay start-up."""
-        if tag in self._registered:
-            return
-        self._registered.add(tag)
-        if self._writer is not None:
-            self._writer.submit(partial(self._register_now, tag, name))
-        else:
-            self._register_now(tag, name)
-
-    def _register_now(self, tag: str, name: str) -> None:
-        record = json.dumps({"tag": tag, "name": name}).encode()
-        for tier in self.tiers:
-            self._call(tier, "put", NAMESPACE_PREFIX + tag, record)
-
-    def _call(self, tier: Tier, method: str, key: str, *args: bytes) -> bool:
-        """Call ``tier.<method>(key, *args)``; on an exception count it and return False."""
-        try:
-            getattr(tier, method)(key, *args)
-        except TierUnavailable:  # skipped without trying; the tier counts its skips
-            return False
-        except Exception as error:
-            self._record_error(tier, method, error)
-            return False
-        return True
-
-    def _record_error(self, tier: Tier, method: str, error: Exception) -> None:
-        # The Redis tier's breaker limits this to one failure per interval for a dead server.
-        logger.warning("tier %s: %s failed: %r", tier.name, method, error)
-        self._count(tier, "errors")
-
-    def stats(self) -> dict[str, dict[str, int | float]]:
-        """Per tier: the chain's counters plus the tier's own (a failing tier reports only ours)."""
-        result: dict[str, dict[str, int | float]] = {}
+    def stats(self) -> ChainStats:
+        """Per tier: the chain's counters, its breaker and the tier's own sizes (no network call)."""
+        rows = []
         for tier in self.tiers:
             try:
                 own = tier.stats()
@@ -190,15 +317,16 @@ class TierChain:
                 logger.warning("tier %s: stats failed: %r", tier.name, error)
                 own = {}
             with self._lock:
-                result[tier.name] = {**own, **self._counts[tier.name]}
+                counts = TierCounts(**vars(self._counts[tier.name]))
+            rows.append(tier_stats(tier.name, counts, self._breakers[tier.name], own))
         writer = self._writer
-        with self._lock:
-            result["chain"] = {
-                "unserializable": self._unserializable,
-                "writes_pending": writer.pending if writer is not None else 0,
-                "writes_dropped": writer.dropped if writer is not None else 0,
-            }
-        return result
+        return ChainStats(
+            tiers=tuple(rows),
+            unserializable=self._unserializable,
+            writes_pending=writer.pending if writer is not None else 0,
+            writes_pending_bytes=writer.pending_bytes if writer is not None else 0,
+            writes_dropped=writer.dropped if writer is not None else 0,
+        )
 
     def close(self) -> None:
         """Flush queued writes (up to the exit flush time), then close every tier."""
@@ -210,74 +338,22 @@ class TierChain:
             except Exception as error:
                 logger.warning("tier %s: close failed: %r", tier.name, error)
 
-    @classmethod
-    def from_spec(cls, spec: TierChain | Sequence[Tier] | str | None) -> TierChain | None:
-        """A chain from what `VisionEmbeddingCache(tiers=...)` accepts: a chain, a list of tiers,
-        None (memory only), or ``"env"`` (`from_env`)."""
-        if spec is None or isinstance(spec, TierChain):
-            return spec
-        if spec == "env":
-            return cls.from_env()
-        if isinstance(spec, str):
-            raise ConfigurationError(f"tiers must be a TierChain, a list of tiers, None or 'env': {spec!r}")
-        return cls(list(spec)) if spec else None
 
-    @classmethod
-    def from_env(
-        cls, prefix: str = "VISIONCACHE_", environ: Mapping[str, str] | None = None
-    ) -> TierChain | None:
-        """A chain configured by environment variables; None when no tier is configured.
+def _unwrap(envelope: Any) -> tuple[Any, float] | None:
+    if not isinstance(envelope, dict) or set(envelope) != {"value", "cost"}:
+        return None
+    cost = envelope["cost"]
+    return envelope["value"], float(cost) if isinstance(cost, int | float) else 0.0
 
-        ``{prefix}DISK_DIR``: directory of a disk tier (under /dev/shm: shared memory).
-        ``{prefix}DISK_MAX_BYTES``: its budget, e.g. ``20GiB`` (default: the directory's stored
-        limit, or diskcache's 1 GB for a new one).
-        ``{prefix}REDIS_URL``: ``redis://`` / ``rediss://`` URL of a Redis/Valkey tier.
-        ``{prefix}REDIS_PREFIX``: its key prefix (default ``visioncache:``).
-        ``{prefix}REDIS_TTL``: seconds before its entries expire (default or 0: never).
-        ``{prefix}REDIS_CLUSTER``: ``1`` for a Redis Cluster client.
-        ``{prefix}REDIS_TIMEOUT``: per-operation timeout in seconds (default 0.25).
-        ``{prefix}REDIS_RETRY_INTERVAL``: seconds a failed Redis tier is skipped (default 5).
-        ``{prefix}HMAC_SECRET``: sign and check every blob with HMAC-SHA256 under this secret.
-        ``{prefix}WRITE_QUEUE``: background writes queued at most (default 64; 0: write on the
-        caller's thread).
-        """
-        env = os.environ if environ is None else environ
 
-        def setting(name: str) -> str | None:
-            value = env.get(prefix + name, "").strip()
-            return value or None
-
-        def number(name: str, default: float) -> float:
-            text = setting(name)
-            if text is None:
-                return default
-            try:
-                return float(text)
-            except ValueError:
-                raise ConfigurationError(f"{prefix}{name}: expected a number, got {text!r}") from None
-
-        tiers: list[Tier] = []
-        disk_dir = setting("DISK_DIR")
-        if disk_dir is not None:
-            max_bytes = parse_byte_size(setting("DISK_MAX_BYTES"), name=prefix + "DISK_MAX_BYTES")
-            tiers.append(DiskTier(disk_dir, max_bytes))
-        redis_url = setting("REDIS_URL")
-        if redis_url is not None:
-            from visioncache.tiers.redis import RedisTier  # redis-py is an optional extra
-
-            ttl = int(number("REDIS_TTL", 0))
-            tiers.append(
-                RedisTier(
-                    redis_url,
-                    key_prefix=env.get(prefix + "REDIS_PREFIX", "visioncache:"),
-                    ttl_seconds=ttl or None,
-                    socket_timeout=number("REDIS_TIMEOUT", 0.25),
-                    cluster=(setting("REDIS_CLUSTER") or "0").lower() in ("1", "true", "yes"),
-                    retry_interval=number("REDIS_RETRY_INTERVAL", 5.0),
-                )
-            )
-        if not tiers:
-            return None
-        secret = setting("HMAC_SECRET")
-        write_queue = int(number("WRITE_QUEUE", DEFAULT_WRITE_QUEUE))
-        return cls(tiers, secret=None if secret is None else secret.encode(), write_queue=write_queue)
+def _warn_unsigned(names: list[str]) -> None:
+    global _warned_unsigned
+    if _warned_unsigned:
+        return
+    _warned_unsigned = True
+    warnings.warn(
+        f"shared tier(s) {names} have no HMAC secret: anyone who can write to them can plant values "
+        "that every reader serves; set VISIONCACHE_HMAC_SECRET (or TierChain(secrets=[...]))",
+        UnsignedTierWarning,
+        stacklevel=3,
+    )

@@ -4,6 +4,12 @@ Built on diskcache (SQLite index + one file per large value), which is thread-sa
 process-safe, and reopens its connections after a fork. The directory is bounded by ``max_bytes``
 with least-recently-used eviction; a directory under ``/dev/shm`` makes it a shared-memory tier.
 
+Bounded waits: every operation waits at most ``timeout`` seconds for SQLite's lock held by another
+process, then raises ``diskcache.Timeout`` (never diskcache's retry loops: its constructor alone
+would otherwise retry a locked database for 60 s). The directory is opened at the first operation,
+not by the constructor; a directory that cannot be opened (e.g. a garbage ``cache.db``) makes that
+operation raise, which the chain counts as a tier failure.
+
 Nothing read from the directory is ever unpickled: `BytesOnlyDisk` stores only ``bytes`` values
 under ``str`` keys, and refuses to decode anything else it finds (a value some other program
 pickled into the directory reads as a corrupt entry, not as an object). A truncated or altered
@@ -13,7 +19,10 @@ blob is returned as stored; `visioncache.serialization.loads` detects it and the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import diskcache
@@ -51,11 +60,38 @@ class BytesOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no
         return result
 
 
+class _BoundedCache(diskcache.Cache):  # type: ignore[misc]  # diskcache ships no type hints
+    """A diskcache `Cache` whose internal retry loop (used while opening) gives up after the
+    connection timeout instead of 60 s."""
+
+    def __init__(self, directory: str, *, open_timeout: float, **kwargs: Any) -> None:
+        self._open_timeout = open_timeout  # read by _sql_retry inside diskcache's __init__
+        super().__init__(directory, **kwargs)
+
+    @property
+    def _sql_retry(self) -> Callable[..., Any]:
+        sql = self._sql
+        budget = self._open_timeout
+
+        def execute(statement: str, *args: Any, **kwargs: Any) -> Any:
+            deadline = time.monotonic() + budget
+            while True:
+                try:
+                    return sql(statement, *args, **kwargs)
+                except sqlite3.OperationalError as error:
+                    if str(error) != "database is locked":
+                        raise  # diskcache's own fallbacks catch these (e.g. "no such table")
+                    if time.monotonic() > deadline:
+                        raise diskcache.Timeout(f"disk tier locked for {budget} s") from error
+                    time.sleep(0.001)
+
+        return execute
+
+
 class DiskTier:
     """A diskcache-backed tier. ``max_bytes=None`` keeps the directory's existing limit.
 
-    ``timeout`` bounds how long an operation waits for SQLite's lock held by another process;
-    on expiry diskcache raises ``diskcache.Timeout``, which the chain counts as an error.
+    ``timeout`` bounds how long any operation waits for SQLite's lock held by another process.
     """
 
     def __init__(
@@ -68,35 +104,76 @@ class DiskTier:
     ) -> None:
         if max_bytes is not None and max_bytes <= 0:
             raise ConfigurationError(f"DiskTier max_bytes must be > 0, got {max_bytes}")
+        if not timeout > 0:
+            raise ConfigurationError(f"DiskTier timeout must be > 0 seconds, got {timeout}")
         self.name = name
+        self.network = False  # shared by the processes of one host only
         self.directory = os.fspath(directory)
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            raise ConfigurationError(f"DiskTier directory {self.directory!r} exists and is not a directory")
         self.max_bytes = max_bytes
-        settings: dict[str, Any] = {"eviction_policy": "least-recently-used"}
-        if max_bytes is not None:
-            # diskcache persists settings in the directory: pass the limit only when one is given,
-            # so a reader (e.g. `visioncache stats`) does not overwrite the writers' limit.
-            settings["size_limit"] = max_bytes
-        self._cache = diskcache.Cache(self.directory, timeout=timeout, disk=BytesOnlyDisk, **settings)
+        self.timeout = timeout
+        self._opened: Any = None
+        self._open_lock = threading.Lock()
         self._rejections = 0
 
+    @property
+    def _cache(self) -> Any:
+        """The diskcache, opened at first use (which creates the directory and its database)."""
+        if self._opened is None:
+            with self._open_lock:
+                if self._opened is None:
+                    settings: dict[str, Any] = {"eviction_policy": "least-recently-used"}
+                    if self.max_bytes is not None:
+                        # diskcache persists settings in the directory: pass the limit only when
+                        # one is given, so a reader does not overwrite the writers' limit.
+                        settings["size_limit"] = self.max_bytes
+                    self._opened = _BoundedCache(
+                        self.directory,
+                        open_timeout=self.timeout,
+                        timeout=self.timeout,
+                        disk=BytesOnlyDisk,
+                        **settings,
+                    )
+        return self._opened
+
     def get(self, key: str) -> bytes | None:
-        blob: bytes | None = self._cache.get(key, default=None, retry=True)
+        blob: bytes | None = self._cache.get(key, default=None, retry=False)
+        return blob
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """One transaction (one lock wait at most). An entry that cannot be read as bytes (e.g.
+        pickled by another program) answers ``b""``, which the chain treats as corrupt."""
+        cache = self._cache
+        with cache.transact(retry=False):
+            return [self._read(cache, key) for key in keys]
+
+    @staticmethod
+    def _read(cache: Any, key: str) -> bytes | None:
+        try:
+            blob: bytes | None = cache.get(key, default=None, retry=False)
+        except CorruptEntryError:
+            return b""
         return blob
 
     def put(self, key: str, blob: bytes) -> None:
-        limit = self._cache.size_limit
-        if len(blob) > limit:
+        cache = self._cache
+        if len(blob) > cache.size_limit:
             # Storing it would only evict everything else and then itself.
             self._rejections += 1
-            self._cache.delete(key, retry=True)
+            cache.delete(key, retry=False)
             return
-        self._cache.set(key, blob, retry=True)
+        cache.set(key, blob, retry=False)
 
     def delete(self, key: str) -> None:
-        self._cache.delete(key, retry=True)
+        self._cache.delete(key, retry=False)
 
     def contains(self, key: str) -> bool:
         return key in self._cache
+
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        cache = self._cache
+        return [key in cache for key in keys]
 
     def keys(self) -> Iterator[str]:
         """Every stored key (for `visioncache stats`); iterating does not touch LRU order."""
@@ -104,15 +181,19 @@ class DiskTier:
             yield str(key)
 
     def stats(self) -> dict[str, int | float]:
+        if self._opened is None and not os.path.isdir(self.directory):
+            return {"rejections": self._rejections}  # opening it now would create the directory
+        cache = self._cache
         return {
-            "entries": len(self._cache),
-            "bytes": int(self._cache.volume()),
-            "max_bytes": int(self._cache.size_limit),
+            "entries": len(cache),
+            "bytes": int(cache.volume()),
+            "max_bytes": int(cache.size_limit),
             "rejections": self._rejections,
         }
 
     def close(self) -> None:
-        self._cache.close()
+        if self._opened is not None:
+            self._opened.close()
 
     def __repr__(self) -> str:
-        return f"DiskTier({self.directory!r}, max_bytes={self._cache.size_limit})"
+        return f"DiskTier({self.directory!r}, max_bytes={self.max_bytes})"

@@ -7,6 +7,8 @@ single-process setups can run a chain without disk or network.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from visioncache.store import Store
 
 __all__ = ["MemoryTier"]
@@ -23,6 +25,9 @@ class MemoryTier:
         blob: bytes | None = self._store.get(key)
         return blob
 
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return [self.get(key) for key in keys]
+
     def put(self, key: str, blob: bytes) -> None:
         # A rejected (too large) blob also drops the key's older blob: nothing stale stays.
         self._store.put(key, blob)
@@ -33,13 +38,16 @@ class MemoryTier:
     def contains(self, key: str) -> bool:
         return key in self._store
 
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        return [key in self._store for key in keys]
+
     def stats(self) -> dict[str, int | float]:
         counts = self._store.stats()
         return {
-            "entries": counts["size"],
-            "bytes": counts["bytes"],
-            "evictions": counts["evictions"],
-            "rejections": counts["rejections"],
+            "entries": counts.entries,
+            "bytes": counts.bytes,
+            "evictions": counts.evictions,
+            "rejections": counts.rejections,
         }
 
     def close(self) -> None:

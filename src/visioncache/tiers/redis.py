@@ -1,44 +1,35 @@
-"""`RedisTier`: blobs in Redis or Valkey, shared by every host, behind a circuit breaker.
+"""`RedisTier`: blobs in Redis or Valkey, shared by every host.
 
 Every operation has a socket timeout (0.25 s by default) and no client-side retries; a failure
-opens a `CircuitBreaker`, and while it is open operations return at once without touching the
-network (``get`` answers a miss). So a dead or slow server costs at most one timeout per
-``retry_interval``; the first call after the interval probes it, and a successful probe puts the
-tier back in use. Failures are raised to `TierChain`, which counts them and never lets them
-reach a request. Keys are ``key_prefix + key``; values are stored raw (``SET``, with ``EX`` when
-``ttl_seconds`` is set) and never decoded here.
+is raised to `TierChain`, whose circuit breaker then skips the tier for its retry interval, so a
+dead or stalled server costs at most one timeout per interval. Batched reads are one ``MGET`` (a
+standalone server) or one pipeline per node (a cluster: ``mget_nonatomic``). Keys are
+``key_prefix + key``; values are stored raw (``SET``, with ``EX`` when ``ttl_seconds`` is set) and
+never decoded here. A server error about one key (``WRONGTYPE``: a key of another type under our
+name) is raised as `CorruptEntryError` for that key, not as an outage: the chain deletes the key.
 
-With ``cluster=True`` the client is a `redis.cluster.RedisCluster`, created at the first call the
-breaker allows (its constructor connects, so a cluster that is down at start-up costs a counted
-failure, not an exception out of ``__init__``). After a connection error redis-py re-reads the
-slot map from each known node, so in cluster mode a failure costs up to (1 + nodes) timeouts per
-``retry_interval`` rather than one.
+With ``cluster=True`` the client is a `redis.cluster.RedisCluster`, created at the first call (its
+constructor connects, so a cluster that is down at start-up costs a counted failure, not an
+exception out of ``__init__``). After a connection error redis-py re-reads the slot map from each
+known node, so in cluster mode a failure costs up to (1 + nodes) timeouts per interval, not one.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import redis
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
-from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
-from visioncache.errors import ConfigurationError
-from visioncache.tiers.base import TierUnavailable
-from visioncache.tiers.breaker import CircuitBreaker
+from visioncache.errors import ConfigurationError, CorruptEntryError
 
 __all__ = ["RedisTier"]
 
-_T = TypeVar("_T")
-# ConnectionError and TimeoutError are both RedisError; RedisClusterException (cluster unreachable,
-# slot not covered) is not.
-_FAILURES = (redis.RedisError, RedisClusterException, OSError)
 _SCAN_BATCH = 1000
 
 
@@ -53,74 +44,72 @@ class RedisTier:
         ttl_seconds: int | None = None,
         socket_timeout: float = 0.25,
         cluster: bool = False,
-        retry_interval: float = 5.0,
         name: str = "redis",
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if ttl_seconds is not None and ttl_seconds <= 0:
+        if ttl_seconds is not None and not ttl_seconds > 0:
             raise ConfigurationError(f"RedisTier ttl_seconds must be > 0, got {ttl_seconds}")
-        if socket_timeout <= 0:
+        if not socket_timeout > 0:  # also refuses nan
             raise ConfigurationError(f"RedisTier socket_timeout must be > 0, got {socket_timeout}")
+        try:
+            parse_url(url)  # type: ignore[no-untyped-call]  # a bad URL fails here, not at first use
+        except (ValueError, TypeError) as error:
+            raise ConfigurationError(f"RedisTier: malformed URL {url!r}: {error}") from None
         self.name = name
+        self.network = True  # shared by hosts: unsigned blobs can be planted by any writer
         self.key_prefix = key_prefix
         self.ttl_seconds = ttl_seconds
-        self.breaker = CircuitBreaker(retry_interval, clock=clock)
-        options: dict[str, Any] = {
+        self.cluster = cluster
+        self._url = url
+        self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": socket_timeout,
             # Retrying inside the client would multiply the time a dead server costs.
             "retry": Retry(NoBackoff(), 0),
         }
-        self._url = url
-        self._options = options
         self._client_lock = threading.Lock()
         self._created: Any = None
-        if cluster:
-            parse_url(url)  # type: ignore[no-untyped-call]  # a bad URL fails here, not at first use
-        else:
-            # Creating a client does not connect, so a server that is down now does not fail here.
-            self._created = redis.Redis.from_url(url, **options)
-        self._failures = 0
 
     @property
     def _client(self) -> Any:
-        """The client; a cluster client is created (which connects) at the first use."""
+        """The client, created at first use (creating a cluster client connects)."""
         if self._created is None:
             with self._client_lock:
                 if self._created is None:
-                    self._created = redis.cluster.RedisCluster.from_url(self._url, **self._options)
+                    factory = redis.cluster.RedisCluster if self.cluster else redis.Redis
+                    self._created = factory.from_url(self._url, **self._options)
         return self._created
 
-    def _call(self, operation: Callable[[], _T], skipped: _T) -> _T:
-        """Run ``operation`` if the breaker allows, else return ``skipped`` without a network call."""
-        if not self.breaker.allow():
-            return skipped
-        try:
-            result = operation()
-        except _FAILURES:
-            self._failures += 1
-            self.breaker.record_failure()
-            raise
-        self.breaker.record_success()
-        return result
-
     def get(self, key: str) -> bytes | None:
-        blob: bytes | None = self._call(lambda: self._client.get(self.key_prefix + key), None)
+        try:
+            blob: bytes | None = self._client.get(self.key_prefix + key)
+        except redis.ResponseError as error:  # e.g. WRONGTYPE: this key, not the server
+            raise CorruptEntryError(f"redis key {key!r}: {error}") from error
         return blob
 
-    def put(self, key: str, blob: bytes) -> None:
-        def write() -> bool:
-            self._client.set(self.key_prefix + key, blob, ex=self.ttl_seconds)
-            return True
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        names = [self.key_prefix + key for key in keys]
+        if not names:
+            return []
+        # MGET answers nil for a key of another type, so one bad key cannot fail the batch.
+        blobs: list[bytes | None] = (
+            self._client.mget_nonatomic(names) if self.cluster else self._client.mget(names)
+        )
+        return blobs
 
-        if not self._call(write, False):  # the breaker is open: nothing was written
-            raise TierUnavailable(f"{self.name}: write skipped while its circuit breaker is open")
+    def put(self, key: str, blob: bytes) -> None:
+        self._client.set(self.key_prefix + key, blob, ex=self.ttl_seconds)
 
     def delete(self, key: str) -> None:
-        self._call(lambda: self._client.delete(self.key_prefix + key), None)
+        self._client.delete(self.key_prefix + key)
 
     def contains(self, key: str) -> bool:
-        return bool(self._call(lambda: self._client.exists(self.key_prefix + key), 0))
+        return bool(self._client.exists(self.key_prefix + key))
+
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        pipeline = self._client.pipeline(transaction=False)  # one round trip (per node)
+        for key in keys:
+            pipeline.exists(self.key_prefix + key)
+        return [bool(found) for found in pipeline.execute()]
 
     def keys(self) -> Iterator[str]:
         """Every key under ``key_prefix``, prefix removed (SCAN: it does not block the server)."""
@@ -136,19 +125,14 @@ class RedisTier:
         return sum(usage or 0 for usage in pipeline.execute())
 
     def stats(self) -> dict[str, int | float]:
-        return {
-            "failures": self._failures,
-            "skipped": self.breaker.skipped,
-            "breaker_opens": self.breaker.opens,
-            "breaker_open": int(self.breaker.is_open),
-        }
+        return {}  # the chain counts calls, failures and breaker skips; the server knows the rest
 
     def close(self) -> None:
         if self._created is not None:
             self._created.close()
 
     def __repr__(self) -> str:
-        return f"RedisTier(prefix={self.key_prefix!r}, breaker_open={self.breaker.is_open})"
+        return f"RedisTier(prefix={self.key_prefix!r}, cluster={self.cluster})"
 
 
 def _escape_glob(text: str) -> str:

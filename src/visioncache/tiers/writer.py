@@ -1,17 +1,26 @@
-"""Write-behind for shared tiers: values are serialised and written by a background thread.
+"""Write-behind for shared tiers: one daemon thread runs queued writes, bounded in bytes.
 
-Why: a write to a lower tier (serialising a 3-20 MB value, then disk or network) must not add to
-a request's latency, and a slow tier (answering just under its timeout) must not slow every
-request that stores something. The queue is bounded; when it is full a write is dropped and
-counted. The entry is still in memory, and the next miss will write it again. `flush` waits
-for queued writes. Writes still queued at interpreter exit are flushed for up to
-``EXIT_FLUSH_SECONDS``.
+Why: a write to a lower tier (serialising a 3-20 MB value, then disk or network) must not add to a
+request's latency, and a slow tier must not slow every request that stores something.
+
+Guarantees:
+- the bytes of queued writes never exceed ``max_pending_bytes``: a write that would pass it is
+  dropped and counted (``dropped``) without blocking the caller. Its value is still in memory,
+  and the next miss writes it again;
+- the caller reserves room first and only then prepares the job (a host snapshot of the value),
+  so a dropped write costs no copy;
+- nothing starts until the first `submit` (no thread for a cache that never writes);
+- fork-safe: a child process (pre-fork servers, ``multiprocessing``) gets a fresh, empty queue
+  and starts its own thread at its first write; the parent's queued writes stay the parent's;
+- `flush` waits for queued writes; `close` flushes and ends the thread. Writes still queued at
+  interpreter exit are flushed for up to ``EXIT_FLUSH_SECONDS`` (call ``close()`` to be sure).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import threading
 import time
@@ -23,87 +32,128 @@ __all__ = ["EXIT_FLUSH_SECONDS", "BackgroundWriter"]
 logger = logging.getLogger(__name__)
 EXIT_FLUSH_SECONDS = 10.0
 
-_Job = Callable[[], object]
+Job = Callable[[], object]
 _IDLE_CHECK_SECONDS = 1.0
+_LIVE_WRITERS: weakref.WeakSet[BackgroundWriter] = weakref.WeakSet()
+
+
+class _Queue:
+    """What the thread shares with its writer: the jobs and the bytes they hold."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.Queue[tuple[Job, int] | None] = queue.Queue()
+        self.lock = threading.Lock()
+        self.pending_bytes = 0
 
 
 class BackgroundWriter:
-    """One daemon thread running submitted write jobs, in order."""
+    """Runs submitted write jobs in order on one daemon thread (see the module docstring)."""
 
-    def __init__(self, max_pending: int = 64):
-        self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=max_pending)
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+    def __init__(self, max_pending_bytes: int):
+        self.max_pending_bytes = max_pending_bytes
         self.dropped = 0
-        # A weak reference, so the exit hook does not keep a discarded writer alive.
-        reference = weakref.ref(self)
-        atexit.register(lambda: (writer := reference()) is not None and writer.flush(EXIT_FLUSH_SECONDS))
+        self._reset()
+        _LIVE_WRITERS.add(self)
 
-    def submit(self, job: _Job) -> bool:
-        """Queue a write job; False (and counted in ``dropped``) when the queue is full."""
-        self._start()
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            with self._lock:
+    def _reset(self) -> None:
+        self._state = _Queue()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def submit(self, nbytes: int, prepare: Callable[[], Job]) -> bool:
+        """Reserve ``nbytes``, then queue ``prepare()``'s job; False (counted) if it does not fit."""
+        state = self._state
+        with state.lock:
+            if state.pending_bytes + nbytes > self.max_pending_bytes:
                 self.dropped += 1
-            return False
+                return False
+            state.pending_bytes += nbytes
+            self._start_locked(state)
+        try:
+            job = prepare()
+        except BaseException:
+            with state.lock:
+                state.pending_bytes -= nbytes
+            raise
+        state.jobs.put((job, nbytes))
         return True
 
-    def _start(self) -> None:
-        if self._thread is not None:
-            return
-        with self._lock:
-            if self._thread is None:
-                # The thread holds the queue, not the writer: a writer nobody uses any more is
-                # collected, and its thread ends once the queue is empty.
-                self._thread = threading.Thread(
-                    target=_drain,
-                    args=(self._queue, weakref.ref(self)),
-                    name="visioncache-tier-writer",
-                    daemon=True,
-                )
-                self._thread.start()
+    def _start_locked(self, state: _Queue) -> None:
+        if self._thread is None:
+            # The thread holds the queue, not the writer: a writer nobody uses any more is
+            # collected, and its thread ends once the queue is empty.
+            self._thread = threading.Thread(
+                target=_drain, args=(state, weakref.ref(self)), name="visioncache-tier-writer", daemon=True
+            )
+            self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        """Writes queued or running."""
+        return self._state.jobs.unfinished_tasks
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._state.pending_bytes
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued write is done; False if ``timeout`` seconds passed first."""
+        jobs = self._state.jobs
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with jobs.all_tasks_done:
+            while jobs.unfinished_tasks:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                jobs.all_tasks_done.wait(remaining)
+        return True
 
     def close(self, timeout: float | None = None) -> bool:
         """Flush, then end the thread; False if ``timeout`` passed with writes still queued."""
         flushed = self.flush(timeout)
-        if self._thread is not None and flushed:
-            self._queue.put(None)
-            self._thread.join(timeout)
+        thread = self._thread
+        if thread is not None and flushed:
+            self._state.jobs.put(None)
+            thread.join(timeout)
             self._thread = None
         return flushed
 
-    @property
-    def pending(self) -> int:
-        return self._queue.unfinished_tasks
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued write is done; False if ``timeout`` seconds passed first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._queue.all_tasks_done:
-            while self._queue.unfinished_tasks:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._queue.all_tasks_done.wait(remaining)
-        return True
-
-
-def _drain(jobs: queue.Queue[_Job | None], owner: weakref.ref[BackgroundWriter]) -> None:
+def _drain(state: _Queue, owner: weakref.ref[BackgroundWriter]) -> None:
     """The writer thread: run jobs in order until closed (None) or until the owner is gone."""
     while True:
         try:
-            job = jobs.get(timeout=_IDLE_CHECK_SECONDS)
+            item = state.jobs.get(timeout=_IDLE_CHECK_SECONDS)
         except queue.Empty:
             if owner() is None:
                 return
             continue
         try:
-            if job is None:
+            if item is None:
                 return
-            job()
+            job, nbytes = item
+            try:
+                job()
+            finally:
+                with state.lock:
+                    state.pending_bytes -= nbytes
         except Exception:  # the chain counts tier errors; anything else must not kill the thread
             logger.exception("background tier write failed")
         finally:
-            jobs.task_done()
+            state.jobs.task_done()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's thread does not exist here, and its locks may have been held at the fork.
+    for writer in list(_LIVE_WRITERS):
+        writer._reset()
+
+
+def _flush_at_exit() -> None:
+    for writer in list(_LIVE_WRITERS):
+        if writer._pid == os.getpid() and not writer.flush(EXIT_FLUSH_SECONDS):
+            logger.warning("exiting with %d tier writes still queued", writer.pending)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_flush_at_exit)

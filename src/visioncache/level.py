@@ -1,0 +1,228 @@
+"""`Level`: one cache level — its memory `Store`, the shared tiers below it, and the policy between.
+
+This module is the one owner of the memory → tier policy (DESIGN.md principle 4):
+
+- **read-through**: a key missing from memory is looked up in the tiers — all of a call's missing
+  keys in ONE batched read (`TierChain.load_entries`) — and a tier hit is stored in memory;
+  promotion into upper tiers is the chain's, through its background writer;
+- **write-down**: a value stored in memory is queued for the tiers (a snapshot, in the background);
+- **single-flight** (`resolve`, the continuous-batching path): every key is claimed; the claims this
+  call owns are first read from the tiers in one batch, and only the rest are computed, in ONE call
+  of ``compute`` with the items deduplicated in first-seen order. Keys another thread is computing
+  are waited for. Every owned claim is fulfilled or abandoned, whatever fails;
+- **placement**: a value read from a tier is moved to the level's device (``device=`` if given,
+  else the device of the last value computed here, else left on the CPU), so where a value lives
+  does not depend on where it came from. Its bytes are counted once;
+- **counting**: hits, misses, waits and validation failures are counted once per lookup, from the
+  caller's point of view (a tier hit is a hit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from visioncache.errors import EncoderOutputError, describe_input
+from visioncache.store import PutResult, Store, StoreStats
+from visioncache.tiers.chain import TierChain
+from visioncache.values import leaf_device, place_on
+
+__all__ = ["Level", "Validator", "as_results"]
+
+# validator(index of the item's first occurrence, cached value) -> keep it?
+Validator = Callable[[int, Any], bool]
+
+
+class Level:
+    """One level: ``store`` in memory, ``tiers`` (shared, optional) below it."""
+
+    def __init__(self, name: str, store: Store, tiers: TierChain | None = None, *, device: Any = None):
+        self.name = name
+        self.store = store
+        self.tiers = tiers
+        self.device = device
+        self._produced_on: Any = None  # device of the last value computed here
+
+    @property
+    def enabled(self) -> bool:
+        return self.store.enabled
+
+    # ---- lookups without computing -------------------------------------------------------------
+    def get(self, key: str) -> Any | None:
+        """The value of ``key`` from memory or, failing that, the tiers; None if nowhere."""
+        entry = self.store.lookup(key)
+        if entry is not None:  # the hit path: no list, no tier
+            self.store.record(hits=1, time_saved=entry.cost)
+            return entry.value
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: Sequence[str]) -> list[Any | None]:
+        """The value of each key (None where missing everywhere); one tier read for all misses."""
+        values: list[Any | None] = []
+        missing: list[int] = []
+        time_saved = 0.0
+        for index, key in enumerate(keys):
+            entry = self.store.lookup(key)
+            values.append(None if entry is None else entry.value)
+            if entry is None:
+                missing.append(index)
+            else:
+                time_saved += entry.cost
+        found = 0
+        for index, loaded in zip(missing, self._read_tiers([keys[index] for index in missing]), strict=True):
+            if loaded is not None:
+                self.store.put(keys[index], loaded[0], cost=loaded[1])
+                values[index] = loaded[0]
+                time_saved += loaded[1]
+                found += 1
+        hits = len(keys) - len(missing) + found
+        self.store.record(hits=hits, misses=len(keys) - hits, time_saved=time_saved)
+        return values
+
+    def _read_tiers(self, keys: list[str]) -> list[tuple[Any, float] | None]:
+        if not keys or self.tiers is None or not self.store.enabled:
+            return [None] * len(keys)
+        device = self.device if self.device is not None else self._produced_on
+        return [
+            None
+            if entry is None
+            else (place_on(entry[0], device) if device is not None else entry[0], entry[1])
+            for entry in self.tiers.load_entries(keys)
+        ]
+
+    # ---- writes --------------------------------------------------------------------------------
+    def put(self, key: str, value: Any, cost: float = 0.0) -> PutResult:
+        """Store ``value`` in memory and queue it for the tiers (unless the level is disabled)."""
+        result = self.store.put(key, value, cost=cost)
+        if result is not PutResult.DISABLED and self.tiers is not None:
+            self.tiers.save_entry(key, value, cost)
+        return result
+
+    # ---- the continuous-batching path ----------------------------------------------------------
+    def resolve(
+        self,
+        keys: Sequence[str],
+        items: Sequence[Any],
+        compute: Callable[[list[Any]], Iterable[Any]],
+        *,
+        validate: Validator | None = None,
+        what: str = "encode_fn",
+    ) -> list[Any]:
+        """Values for ``keys`` (one per key, in order); ``compute(items of the misses)`` runs at most once.
+
+        If ``compute`` raises or returns a wrong number of values, the error reaches this caller and
+        every thread waiting for those keys, nothing is stored for them, and a later call retries.
+        A cached value that ``validate`` rejects is dropped, counted, and computed again.
+        """
+        first_index: dict[str, int] = {}
+        occurrences: dict[str, int] = {}
+        for index, key in enumerate(keys):
+            first_index.setdefault(key, index)
+            occurrences[key] = occurrences.get(key, 0) + 1
+
+        store = self.store
+        values: dict[str, Any] = {}
+        owned: list[str] = []
+        waiting: dict[str, Any] = {}
+        hits = waits = invalid = 0
+        time_saved = 0.0
+        try:
+            for key, index in first_index.items():
+                claim = store.claim(key)
+                while claim.hit and validate is not None and not validate(index, claim.value):
+                    store.discard(key, claim.value)
+                    invalid += 1
+                    claim = store.claim(key)
+                if claim.owner:
+                    owned.append(key)  # from here on, an exception must abandon this claim
+                elif claim.hit:
+                    values[key] = claim.value
+                    hits += occurrences[key]
+                    time_saved += claim.cost * occurrences[key]
+                else:
+                    waiting[key] = claim.future
+                    waits += 1
+            computed = []
+            for key, loaded in zip(owned, self._read_tiers(owned), strict=True):
+                if loaded is not None and (validate is None or validate(first_index[key], loaded[0])):
+                    values[key] = store.fulfil(key, loaded[0], loaded[1])
+                    hits += occurrences[key]
+                    time_saved += loaded[1] * occurrences[key]
+                else:
+                    invalid += loaded is not None
+                    computed.append(key)
+        except BaseException as error:
+            for key in owned:  # never leave waiters on a claim nobody will fulfil (no-op if done)
+                store.abandon(key, error)
+            raise
+        store.record(
+            hits=hits,
+            misses=len(keys) - hits,
+            singleflight_waits=waits,
+            validation_failures=invalid,
+            time_saved=time_saved,
+        )
+        if computed:
+            self._compute([items[first_index[key]] for key in computed], computed, compute, what, values)
+        for key, future in waiting.items():
+            values[key] = future.result()  # re-raises the owner's exception
+        return [values[key] for key in keys]
+
+    def _compute(
+        self,
+        items: list[Any],
+        owned: list[str],
+        compute: Callable[[list[Any]], Iterable[Any]],
+        what: str,
+        values: dict[str, Any],
+    ) -> None:
+        """Compute the owned keys in one call, store, publish and write them down."""
+        started = time.perf_counter()
+        fulfilled = 0
+        try:
+            results = as_results(compute(items), len(owned), what)
+            cost = (time.perf_counter() - started) / len(owned)
+            for key, value in zip(owned, results, strict=True):
+                values[key] = self.store.fulfil(key, value, cost)
+                fulfilled += 1
+        except BaseException as error:
+            for key in owned[fulfilled:]:
+                self.store.abandon(key, error)
+            raise
+        self.store.record(computed=len(owned))
+        self._produced_on = leaf_device(values[owned[0]])
+        if self.tiers is not None and self.store.enabled:
+            for key in owned:
+                self.tiers.save_entry(key, values[key], cost)
+
+    # ---- pins and inspection -------------------------------------------------------------------
+    def pin(self, key: str) -> None:
+        self.store.pin(key)
+
+    def unpin(self, key: str) -> None:
+        self.store.unpin(key)
+
+    def stats(self) -> StoreStats:
+        return self.store.stats()
+
+    def clear(self) -> None:
+        self.store.clear()
+
+    def __repr__(self) -> str:
+        return f"<Level {self.name} {self.store!r} tiers={self.tiers is not None}>"
+
+
+def as_results(results: Any, count: int, what: str) -> list[Any]:
+    """``results`` as a list of exactly ``count`` values, or `EncoderOutputError`."""
+    if results is None or isinstance(results, str | bytes | bytearray) or not isinstance(results, Iterable):
+        raise EncoderOutputError(
+            f"{what} returned {describe_input(results)}; it must return one value per image, in order"
+        )
+    values = list(results)
+    if len(values) != count:
+        raise EncoderOutputError(
+            f"{what} returned {len(values)} values for {count} images; "
+            "it must return exactly one value per image, in order"
+        )
+    return values

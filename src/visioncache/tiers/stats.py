@@ -1,0 +1,89 @@
+"""Typed statistics of the shared tiers: what each tier answered, how its breaker stands."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from visioncache.tiers.breaker import CircuitBreaker
+
+__all__ = ["ChainStats", "TierCounts", "TierStats", "tier_stats"]
+
+
+@dataclass
+class TierCounts:
+    """What the chain counted for one tier (mutable, under the chain's lock)."""
+
+    hits: int = 0  # keys a batched read found intact here
+    misses: int = 0
+    errors: int = 0  # calls that raised (then the breaker opens)
+    corrupt: int = 0  # damaged blobs, deleted
+    unverified: int = 0  # blobs signed under a secret this chain does not accept, left in place
+    writes: int = 0
+    promotions: int = 0  # blobs copied up here from a lower tier
+
+
+@dataclass(frozen=True)
+class TierStats:
+    """One tier: the chain's counts (as in `TierCounts`), its breaker, and its own sizes."""
+
+    name: str
+    hits: int = 0
+    misses: int = 0
+    errors: int = 0
+    corrupt: int = 0
+    unverified: int = 0
+    writes: int = 0
+    promotions: int = 0
+    skipped: int = 0  # calls the open breaker answered without touching the tier
+    breaker_opens: int = 0
+    breaker_open: bool = False
+    entries: int | None = None  # None: the tier does not know cheaply (e.g. Redis)
+    bytes: int | None = None
+    max_bytes: int | None = None
+    rejections: int = 0  # blobs larger than the tier's whole budget
+
+
+def tier_stats(name: str, counts: TierCounts, breaker: CircuitBreaker, own: dict[str, Any]) -> TierStats:
+    """A `TierStats` from the chain's counts, the breaker and ``tier.stats()``."""
+    sizes = {key: int(own[key]) for key in ("entries", "bytes", "max_bytes", "rejections") if key in own}
+    return TierStats(
+        **asdict(counts),
+        name=name,
+        skipped=breaker.skipped,
+        breaker_opens=breaker.opens,
+        breaker_open=breaker.is_open,
+        **sizes,
+    )
+
+
+@dataclass(frozen=True)
+class ChainStats:
+    """Every tier of a chain, plus its write path."""
+
+    tiers: tuple[TierStats, ...]
+    unserializable: int = 0  # values not written because they cannot be serialised
+    writes_pending: int = 0  # background writes queued or running
+    writes_pending_bytes: int = 0
+    writes_dropped: int = 0  # background writes dropped: the byte budget was full
+
+    def tier(self, name: str) -> TierStats:
+        """The stats of the tier called ``name`` (KeyError if there is none)."""
+        for row in self.tiers:
+            if row.name == name:
+                return row
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, dict[str, int | float]]:
+        """``{tier name: {counter: value}, "chain": {...}}``, for ``get_stats()``."""
+        result: dict[str, dict[str, int | float]] = {}
+        for row in self.tiers:
+            result[row.name] = {
+                field.name: int(value)
+                for field in fields(row)
+                if field.name != "name" and (value := getattr(row, field.name)) is not None
+            }
+        result["chain"] = {
+            field.name: getattr(self, field.name) for field in fields(self) if field.name != "tiers"
+        }
+        return result
