@@ -159,3 +159,14 @@ def test_base64_data_url_is_size_checked_before_decoding(monkeypatch):
     monkeypatch.setattr("pybase64.b64decode", lambda *a, **k: pytest.fail("decoded an oversize data: URL"))
     with pytest.raises(ImageTooLargeError):
         ImageHasher(max_image_bytes=100).digest("data:video/mp4;base64," + "AAAA" * 34)
+
+
+@pytest.mark.parametrize("url", ["data:;base64,\ud800AAA", "data:;base64,QUJ\u00e9"])
+def test_regression_lone_surrogates_and_non_ascii_in_data_urls_raise_typed_errors(url: str):
+    with pytest.raises(InvalidImageError, match="corrupt base64"):
+        compute_image_hash(url)
+
+
+def test_regression_lone_surrogate_in_percent_encoded_data_url_raised_unicode_error():
+    # The text of a non-base64 data: URL is its content, encoded as UTF-8 (surrogates passed through).
+    assert compute_image_hash("data:,\ud800abc") == compute_image_hash(b"\xed\xa0\x80abc")

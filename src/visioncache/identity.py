@@ -16,7 +16,6 @@ and read to at most ``max_image_bytes + 1`` bytes, and only regular files are re
 
 from __future__ import annotations
 
-import binascii
 import os
 import stat
 import struct
@@ -145,7 +144,7 @@ class ImageHasher:
         """Strict base64 whose first bytes start known media is that content; anything else is refused."""
         try:
             kind = media_kind(pybase64.b64decode(text[:_SNIFF_CHARS], validate=True))
-        except (binascii.Error, ValueError):
+        except ValueError:  # binascii.Error, or a non-ASCII character
             kind = None
         if kind is None or len(text) % 4:
             raise InvalidImageError(
@@ -164,7 +163,7 @@ class ImageHasher:
         # Every character decodes to at least one byte and "%XX" to one: a lower bound, so an
         # oversize URL is refused before any decoding.
         self._check_size(len(payload) - 2 * payload.count("%"), url)
-        return self._digest_content(unquote_to_bytes(payload), url)
+        return self._digest_content(unquote_to_bytes(payload.encode("utf-8", "surrogatepass")), url)
 
     def _digest_base64(self, text: str, start: int, what: str) -> bytes:
         # 4 base64 characters decode to 3 bytes, so the size is known before decoding.
@@ -177,7 +176,7 @@ class ImageHasher:
             raise InvalidImageError(f"{problem} in {what}: {describe_input(text)}")
         try:  # one decode of the whole payload, read in place: no copy out of the URL
             content = pybase64.b64decode(ascii_tail(text, start), validate=True)
-        except binascii.Error as error:
+        except ValueError as error:  # binascii.Error, or a non-ASCII character
             raise InvalidImageError(f"corrupt base64 in {what}: {describe_input(text)} ({error})") from None
         digest: bytes = blake3(content, key=_CONTENT).digest()
         return digest
