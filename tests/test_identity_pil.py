@@ -191,3 +191,24 @@ def test_pil_image_and_its_array_and_file_are_three_domains():
     digests = {compute_image_hash(image), compute_image_hash(np.asarray(image))}
     digests.add(compute_image_hash(encode_image(image)))
     assert len(digests) == 3
+
+
+def test_concurrent_lookups_of_one_multi_frame_image_agree_and_leave_its_frame():
+    import threading
+
+    buffer = io.BytesIO()
+    frames = [random_image(seed, (16, 16)) for seed in range(4)]
+    frames[0].save(buffer, "GIF", save_all=True, append_images=frames[1:])
+    animated = Image.open(io.BytesIO(buffer.getvalue()))
+    animated.seek(1)
+    expected = compute_image_hash(animated)
+    results: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: results.extend(compute_image_hash(animated) for _ in range(20)))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 80 and animated.tell() == 1

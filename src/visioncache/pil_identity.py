@@ -11,13 +11,15 @@ What the digest covers, mode by mode (issue #11, item 3; each has a collision te
 - ``info["transparency"]``, which changes what ``convert("RGBA")`` produces;
 - for a multi-frame image (animated GIF, WebP or PNG, multi-page TIFF): the frame count, the frame
   it is positioned at (what ``np.asarray`` and image processors read) and every frame, each with
-  its own mode, size, palette and transparency. Hashing seeks through the frames and back, so a
-  hit decodes them all: pass the file's path or bytes to make a hit cost one hash of the file.
+  its own mode, size, palette and transparency. Hashing seeks through the frames and back (under
+  a lock, so concurrent lookups of one image cannot move each other's frame), so a hit decodes
+  them all: pass the file's path or bytes to make a hit cost one hash of the file.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +31,7 @@ from visioncache.framing import domain_key, frame
 __all__ = ["pil_digest", "pil_pixel_bytes"]
 
 _PIL = domain_key("visioncache/image/pil/v2")
+_SEEKING = threading.Lock()  # only multi-frame images take it
 
 
 def pil_pixel_bytes(mode: str, width: int, height: int) -> int:
@@ -57,17 +60,18 @@ def pil_digest(image: Any, check_size: Callable[[int, object], None]) -> bytes:
             check_size(pil_pixel_bytes(image.mode, width, height), image)
             _hash_frame(image, hasher)
             return bytes(hasher.digest())
-        current = image.tell()
-        hasher.update(struct.pack("<Q", current))
-        total = 0
-        try:
-            for index in range(frames):
-                image.seek(index)
-                total += pil_pixel_bytes(image.mode, *image.size)  # frames may change mode
-                check_size(total, image)
-                _hash_frame(image, hasher)
-        finally:
-            image.seek(current)
+        with _SEEKING:  # two threads seeking one image would hash, and leave it at, the wrong frame
+            current = image.tell()
+            hasher.update(struct.pack("<Q", current))
+            total = 0
+            try:
+                for index in range(frames):
+                    image.seek(index)
+                    total += pil_pixel_bytes(image.mode, *image.size)  # frames may change mode
+                    check_size(total, image)
+                    _hash_frame(image, hasher)
+            finally:
+                image.seek(current)
         return bytes(hasher.digest())
     except VisionCacheError:
         raise
