@@ -44,6 +44,7 @@ demo: install
 bench-smoke: install
 	mkdir -p out
 	$(BIN)/visioncache bench --quick --no-progress --json out/bench-quick.json
+	$(BIN)/visioncache bench --video --quick --no-progress --json out/bench-video-quick.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -66,6 +66,9 @@ def add_parser(subparsers: Any) -> None:
         help="a short workload for CI: "
         + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items()),
     )
+    from visioncache.bench.video_command import add_video_arguments
+
+    add_video_arguments(parser)
     output = parser.add_argument_group("output")
     output.add_argument("--json", metavar="PATH", help="write the report as JSON")
     output.add_argument("--plot", metavar="PATH", help="write a PNG chart comparing the modes")
@@ -137,7 +140,14 @@ def run(args: argparse.Namespace) -> int:
     if args.quick:
         for name, value in QUICK.items():
             setattr(args, name, value)
+    if args.video and args.engine != "transformers":
+        raise ConfigurationError("--video runs on the transformers engine only")
     run_modes, model, processor = _build_engine(args)
+    if args.video:
+        from visioncache.bench.video_command import run_video
+
+        tolerance = args.tolerance if args.tolerance is not None else TOLERANCES[args.dtype]
+        return run_video(args, model, processor, tolerance, _print_table)
     from tqdm import tqdm
 
     from visioncache.bench.plot import plot_results
