@@ -143,7 +143,7 @@ class VisionEmbeddingCache:
                 device=embedding_device,
             ),
         }
-        self._reference = ReferenceLevels(self._levels, self.key, lambda: self.enabled)
+        self._reference = ReferenceLevels(self._levels, self._keys, lambda: self.enabled)
         self.enabled = enabled
 
     @classmethod
@@ -257,13 +257,19 @@ class VisionEmbeddingCache:
                 f"requests must be a list of image lists, got {describe_input(requests)}"
             )
         keys_per_request = [self._keys.image_keys("embedding", request) for request in requests]
-        validator = batch_validator(expect, [len(keys) for keys in keys_per_request])
-        flat = [image for request in requests for image in request]
-        keys = [key for request_keys in keys_per_request for key in request_keys]
+        lengths = [len(keys) for keys in keys_per_request]
+        validator = None if expect is None else batch_validator(expect, lengths)
+        if len(requests) == 1:  # encode_images: no flattening
+            flat, keys = list(requests[0]), keys_per_request[0]
+        else:
+            flat = [image for request in requests for image in request]
+            keys = [key for request_keys in keys_per_request for key in request_keys]
         if not self.enabled:  # everything is computed, in input order, and nothing is stored
             values = as_results(encode_fn(flat), len(flat), "encode_fn") if flat else []
         else:
             values = self._levels["embedding"].resolve(keys, flat, encode_fn, validate=validator)
+        if len(requests) == 1:
+            return [values]
         results, start = [], 0
         for request_keys in keys_per_request:
             results.append(values[start : start + len(request_keys)])

@@ -107,9 +107,11 @@ class ImageKeys:
         return [digest(image) for image in images]
 
     def image_keys(self, level: str, images: Sequence[Any]) -> list[str]:
-        """The per-image key of each image in ``level``."""
-        image_key = self.builder.image_key
-        return [image_key(level, digest) for digest in self.digests(images)]
+        """The per-image key of each image in ``level`` (a typed error for any bad input)."""
+        if not _is_sequence(images):
+            self.digests(images)  # raises the typed error
+        image_key, digest = self.builder.image_key, self.hasher.digest
+        return [image_key(level, digest(image)) for image in images]
 
     def key(self, level: str, images: Sequence[Any], prompt: str | None = None) -> str:
         """The key of ``images`` (in order, possibly none) and ``prompt`` in ``level``."""

@@ -53,12 +53,20 @@ class Level:
         """The value of ``key`` from memory or, failing that, the tiers; None if nowhere."""
         entry = self.store.lookup(key)
         if entry is not None:  # the hit path: no list, no tier
-            self.store.record(hits=1, time_saved=entry.cost)
+            self.store.record_hit(entry.cost)
             return entry.value
-        return self.get_many([key])[0]
+        loaded = self._read_tiers([key])[0]
+        if loaded is None:
+            self.store.record(misses=1)
+            return None
+        self.store.put(key, loaded[0], cost=loaded[1])
+        self.store.record(hits=1, time_saved=loaded[1])
+        return loaded[0]
 
     def get_many(self, keys: Sequence[str]) -> list[Any | None]:
         """The value of each key (None where missing everywhere); one tier read for all misses."""
+        if len(keys) == 1:
+            return [self.get(keys[0])]
         values: list[Any | None] = []
         missing: list[int] = []
         time_saved = 0.0
@@ -115,13 +123,24 @@ class Level:
         every thread waiting for those keys, nothing is stored for them, and a later call retries.
         A cached value that ``validate`` rejects is dropped, counted, and computed again.
         """
+        store = self.store
+        if validate is None:  # the hit path: every key in memory, no dict, no claim
+            found, time_saved = [], 0.0
+            for key in keys:
+                entry = store.find(key)
+                if entry is None:
+                    break
+                found.append(entry.value)
+                time_saved += entry.cost
+            else:
+                store.record(hits=len(keys), time_saved=time_saved)
+                return found
         first_index: dict[str, int] = {}
         occurrences: dict[str, int] = {}
         for index, key in enumerate(keys):
             first_index.setdefault(key, index)
             occurrences[key] = occurrences.get(key, 0) + 1
 
-        store = self.store
         values: dict[str, Any] = {}
         owned: list[str] = []
         waiting: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """The reference module's six level methods (seed_api.md), as a component of the cache.
 
-`ReferenceLevels` is given the cache's levels, its key function and its ``enabled`` switch, and
+`ReferenceLevels` is given the cache's levels, its `ImageKeys` and its ``enabled`` switch, and
 keeps the reference's prompt-keyed pixel level, its image-list-keyed pixel-only level and its
 encoding level with their signatures and defaults, minus the reference's defects: ordered keys,
 content identity, copies of ``extra_kwargs`` on store and on hit (defect 7), images counted once
@@ -16,29 +16,27 @@ from dataclasses import replace
 from typing import Any
 
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
+from visioncache.keys import ImageKeys
 from visioncache.level import Level
 from visioncache.store import PutResult
 from visioncache.values import copy_containers
 
-__all__ = ["KeyFunction", "ReferenceLevels"]
-
-# key(level, images, prompt or None) -> the key, or None for an empty image list; raises on bad input
-KeyFunction = Callable[[str, Sequence[Any], str | None], str | None]
+__all__ = ["ReferenceLevels"]
 
 
 class ReferenceLevels:
     """get/set of the ``pixel``, ``pixel_only`` and ``encoding`` levels."""
 
-    def __init__(self, levels: Mapping[str, Level], key: KeyFunction, enabled: Callable[[], bool]) -> None:
+    def __init__(self, levels: Mapping[str, Level], keys: ImageKeys, enabled: Callable[[], bool]) -> None:
         self._levels = levels
-        self._key_of = key
+        self._keys = keys
         self._enabled = enabled
         self._lock = threading.Lock()
         self.images_processed = 0  # the reference's total_images_processed
 
     def _key(self, level: str, images: Sequence[Any], prompt: str | None = None) -> str | None:
-        key = self._key_of(level, images, prompt)  # validates, even when disabled
-        return key if self._enabled() else None
+        key = self._keys.key(level, images, prompt)  # validates, even when disabled
+        return key if len(images) and self._enabled() else None
 
     def get_pixel_cache(self, images: Sequence[Any], prompt: str) -> PixelCacheEntry | None:
         key = self._key("pixel", images, prompt)

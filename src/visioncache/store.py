@@ -196,6 +196,12 @@ class Store:
         if future is not None:
             future.set_exception(error)
 
+    def record_hit(self, cost: float) -> None:
+        """Count one hit of an entry that cost ``cost`` seconds (the hit path's `record`)."""
+        tally = self._counters.local()
+        tally["hits"] += 1
+        tally["time_saved"] += cost
+
     def record(self, *, time_saved: float = 0.0, **counts: int) -> None:
         """Add to the counters (names as in `StoreStats`)."""
         tally = self._counters.local()

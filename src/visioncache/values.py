@@ -52,8 +52,20 @@ class Container(Enum):
     DATACLASS = "dataclass"
 
 
+_KINDS: dict[type, Container | None] = {}  # memo by exact type: ABC checks cost a microsecond
+
+
 def container_kind(value: object) -> Container | None:
     """The container kind of ``value``, or None for a leaf."""
+    kind_of = type(value)
+    try:
+        return _KINDS[kind_of]
+    except KeyError:
+        kind = _KINDS[kind_of] = _classify(value)
+        return kind
+
+
+def _classify(value: object) -> Container | None:
     if isinstance(value, _LEAVES):
         return None
     if isinstance(value, list):
@@ -89,12 +101,18 @@ def fold(
     result)])`` for each container. Deeper than ``max_depth`` raises RecursionError (a cycle)."""
 
     def walk(item: Any, depth: int) -> _T:
-        if depth > max_depth:
-            raise RecursionError(f"tree deeper than {max_depth} levels (a cycle?)")
         kind = container_kind(item)
         if kind is None:
             return leaf(item)
-        return node(item, kind, [(name, walk(child, depth + 1)) for name, child in children(item, kind)])
+        if depth >= max_depth:
+            raise RecursionError(f"tree deeper than {max_depth} levels (a cycle?)")
+        if kind is Container.DICT:
+            items = [(name, walk(child, depth + 1)) for name, child in item.items()]
+        elif kind is Container.DATACLASS:
+            items = [(name, walk(child, depth + 1)) for name, child in children(item, kind)]
+        else:
+            items = [(index, walk(child, depth + 1)) for index, child in enumerate(item)]
+        return node(item, kind, items)
 
     return walk(value, 0)
 
@@ -154,6 +172,8 @@ def copy_containers(value: Any) -> Any:
     Used where the reference aliased a caller's dict (defect 7): a consumer mutating the copy
     cannot change the cached entry, and no array memory is duplicated.
     """
+    if type(value) is dict and not any(container_kind(item) for item in value.values()):
+        return dict(value)  # the common case, a flat dict of leaves, in one step
     return tree_map(value, lambda leaf: leaf)
 
 
