@@ -16,7 +16,9 @@ from visioncache.errors import (
     ConfigurationError,
     EncoderOutputError,
     ImageTooLargeError,
+    InvalidArgumentError,
     InvalidImageError,
+    PinMismatchError,
     PlaceholderMismatchError,
     UnsupportedImageTypeError,
     UnsupportedInputTypeError,
@@ -24,21 +26,27 @@ from visioncache.errors import (
 )
 from visioncache.identity import ImageHasher
 from visioncache.keys import DEFAULT_NAMESPACE
-from visioncache.stats import VisionCacheStats
-from visioncache.store import Store
+from visioncache.stats import CacheStats, VisionCacheStats
+from visioncache.store import Store, StoreStats
+from visioncache.tiers.chain import TierChain
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "CacheStats",
     "ConfigurationError",
     "ContentId",
     "EncoderOutputError",
     "EncodingCacheEntry",
     "ImageTooLargeError",
+    "InvalidArgumentError",
     "InvalidImageError",
+    "PinMismatchError",
     "PixelCacheEntry",
     "PixelOnlyCacheEntry",
     "PlaceholderMismatchError",
     "Store",
+    "StoreStats",
+    "TierChain",
     "UnsupportedImageTypeError",
     "UnsupportedInputTypeError",
     "VisionCacheError",
@@ -56,8 +64,9 @@ _default_hasher = ImageHasher()
 def compute_image_hash(image_path: Any) -> str:
     """The content digest of one image as 64 hex characters (256-bit blake3, framed by kind).
 
-    Accepts a path (str or PathLike) of an existing file, a ``data:`` URL, an http(s) URL, bytes,
-    a PIL image or a numpy array; the same encoded bytes give the same digest in every form.
+    Accepts every form in the README's "Accepted inputs": content (bytes, an existing file, a
+    ``data:`` URL, raw base64 of media) has one digest in every form; an http(s) URL is hashed as
+    a name; a PIL image or an array by its pixels; a `ContentId` is the caller's own identifier.
     """
     return _default_hasher.digest(image_path).hex()
 

@@ -36,10 +36,10 @@ class InvalidArgumentError(VisionCacheError, ValueError):
 
 
 class InvalidImageError(VisionCacheError, ValueError):
-    """An image input has the right type but cannot identify an image.
+    """An image input has the right type but identifies no content.
 
-    Examples: a string that is neither an existing file, a ``data:`` URL nor an http(s) URL;
-    corrupt base64; bytes that are not an image file; an empty image.
+    Examples: a string that is no existing file, URL, ``data:`` URL or base64 of media; corrupt
+    base64; empty content; a path that is not a regular file (a directory, a FIFO, a device).
     """
 
 
