@@ -20,7 +20,8 @@ This module is the one owner of the memory → tier policy (DESIGN.md principle 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from visioncache.errors import EncoderOutputError, describe_input
@@ -233,8 +234,16 @@ class Level:
 
 
 def as_results(results: Any, count: int, what: str) -> list[Any]:
-    """``results`` as a list of exactly ``count`` values, or `EncoderOutputError`."""
-    if results is None or isinstance(results, str | bytes | bytearray) or not isinstance(results, Iterable):
+    """``results`` as a list of exactly ``count`` values, or `EncoderOutputError`.
+
+    A mapping or a set is refused although it iterates: a dict iterates over its keys (a per-image
+    dict returned for the whole batch would cache key strings as values), a set in no fixed order.
+    """
+    if (
+        results is None
+        or isinstance(results, str | bytes | bytearray | Mapping | AbstractSet)
+        or not isinstance(results, Iterable)
+    ):
         raise EncoderOutputError(
             f"{what} returned {describe_input(results)}; it must return one value per image, in order"
         )
