@@ -55,7 +55,12 @@ def save_model_dir(directory: str | Path, family: Family = "qwen2_vl", *, seed: 
     tokenizer.chat_template = QWEN2_VL_CHAT_TEMPLATE
     tokenizer.save_pretrained(path)
     config = checkpoint_config(family, "tiny", tokenizer)
-    config["eos_token_id"] = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    special_ids = {
+        "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    }
+    config.update(special_ids)
+    config["text_config"].update(special_ids)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     image_processor = processor.image_processor
     preprocessor = {

@@ -1,0 +1,200 @@
+"""vllm-mlx's real OpenAI server in a subprocess, stock or with visioncache, instrumented the same way.
+
+Why: the engine tests and ``benchmarks/bench_vllm_mlx.py`` compare the stock server with the
+visioncache one on the same requests. vllm-mlx 0.6.0's API returns no logprobs and counts no
+vision-tower calls, so the server process records both itself: every call of the model's vision
+tower (with its image count) and every token the batch generator emits (with its top log-probs,
+keyed by the request's prompt and images). The recording wraps only methods the integration
+leaves alone (the tower, ``MLLMBatchGenerator.insert`` / ``next``), so both servers are measured
+by the same code.
+
+Run by `ServerProcess`: ``python -m visioncache.bench.vllm_mlx_server RECORD stock|visioncache
+MODEL [flags]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from blake3 import blake3
+
+__all__ = ["ENGINES", "ServerProcess", "free_port", "request_key"]
+
+ENGINES = ("stock", "visioncache")
+TOP_LOGPROBS = 5
+
+
+def request_key(prompt: str, images: Sequence[Any]) -> str:
+    """Names a request by its templated prompt and image inputs (the same in both servers)."""
+    return blake3(json.dumps([prompt, [str(image) for image in images or []]]).encode()).hexdigest()[:24]
+
+
+def _instrument(record_path: str) -> None:
+    """Record tower calls and emitted tokens (with top log-probs) as JSON lines."""
+    import mlx.core as mx
+    from mlx_vlm.models.qwen2_5_vl.vision import VisionModel as Qwen25Tower
+    from mlx_vlm.models.qwen2_vl.vision import VisionModel as Qwen2Tower
+    from vllm_mlx import mllm_batch_generator as generator_module
+
+    lock = threading.Lock()
+    record = open(record_path, "a", buffering=1)  # noqa: SIM115 - open for the process's lifetime
+
+    def write(entry: dict[str, Any]) -> None:
+        with lock:
+            record.write(json.dumps(entry) + "\n")
+
+    towers: list[Any] = [Qwen2Tower, Qwen25Tower]
+    for tower in towers:
+        original_call = tower.__call__
+
+        def counted_call(
+            self: Any, pixels: Any, grid_thw: Any, *args: Any, _call: Any = original_call, **kw: Any
+        ) -> Any:
+            write({"kind": "tower", "images": int(grid_thw.shape[0])})
+            return _call(self, pixels, grid_thw, *args, **kw)
+
+        tower.__call__ = counted_call
+
+    generator = generator_module.MLLMBatchGenerator
+    original_insert, original_next = generator.insert, generator.next
+    keys: dict[int, str] = {}
+
+    def insert(self: Any, requests: list[Any]) -> list[int]:
+        uids: list[int] = original_insert(self, requests)
+        for request in requests:
+            keys[request.uid] = request_key(request.prompt, request.images or [])
+        return uids
+
+    def next_tokens(self: Any) -> list[Any]:
+        responses: list[Any] = original_next(self)
+        for response in responses:
+            entry: dict[str, Any] = {"kind": "token", "key": keys.get(response.uid), "token": response.token}
+            entry["finish_reason"] = response.finish_reason
+            if response.finish_reason != "error" and response.logprobs.size > 1:
+                logprobs = np.array(response.logprobs.astype(mx.float32))
+                top = np.argsort(-logprobs, kind="stable")[:TOP_LOGPROBS]
+                entry["top"] = [[int(index), float(logprobs[index])] for index in top]
+            write(entry)
+        return responses
+
+    generator.insert, generator.next = insert, next_tokens
+
+
+def main(argv: Sequence[str]) -> int:
+    record_path, engine, *serve_args = argv
+    if engine not in ENGINES:
+        raise SystemExit(f"engine must be one of {ENGINES}, got {engine!r}")
+    _instrument(record_path)
+    if engine == "visioncache":
+        from visioncache.integrations.vllm_mlx import serve
+
+        return serve(serve_args)
+    from vllm_mlx import cli
+
+    cli.serve_command(cli.create_parser().parse_args(["serve", *serve_args]))
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """One server (stock or visioncache) on loopback; its HOME and TMPDIR live under ``root``.
+
+    vllm-mlx writes data-URL images to temporary files and keeps its prefix cache under
+    ``~/.cache``: both stay inside ``root``, and a restart with the same ``root`` finds them.
+    """
+
+    def __init__(self, engine: str, model_dir: str | Path, root: str | Path, *flags: str) -> None:
+        self.engine, self.root = engine, Path(root)
+        self.port = free_port()
+        self.record_path = self.root / f"record-{self.port}.jsonl"
+        self.log_path = self.root / f"server-{self.port}.log"
+        self.command = [
+            sys.executable,
+            "-m",
+            "visioncache.bench.vllm_mlx_server",
+            str(self.record_path),
+            engine,
+        ]
+        self.command += [str(model_dir), "--served-model-name", "model", "--continuous-batching", "--mllm"]
+        self.command += ["--offline", "--host", "127.0.0.1", "--port", str(self.port), *flags]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180.0) -> ServerProcess:
+        for name in ("home", "tmp"):
+            (self.root / name).mkdir(parents=True, exist_ok=True)
+        env = dict(
+            os.environ, HOME=str(self.root / "home"), TMPDIR=str(self.root / "tmp"), HF_HUB_OFFLINE="1"
+        )
+        env = {name: value for name, value in env.items() if not name.startswith("VISIONCACHE_")}
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.engine} server exited ({self._process.returncode}): {self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"{self.engine} server did not start in {timeout:.0f} s: {self.log_tail()}")
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """Stop gracefully (SIGINT: vllm-mlx saves its prefix cache, tiers flush), then kill."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return None if process is None else process.returncode
+        process.send_signal(signal.SIGINT)
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+    def get_json(self, path: str) -> Any:
+        with urllib.request.urlopen(self.base_url + path, timeout=30) as response:
+            return json.load(response)
+
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        if not self.record_path.exists():
+            return []
+        lines = self.record_path.read_text().splitlines()
+        return [entry for entry in map(json.loads, lines) if entry["kind"] == kind]
+
+    def log_tail(self, characters: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-characters:] if self.log_path.exists() else ""
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

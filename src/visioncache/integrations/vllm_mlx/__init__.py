@@ -1,0 +1,37 @@
+"""visioncache inside vllm-mlx's OpenAI server (continuous-batching MLLM engine), for Qwen2-VL and
+Qwen2.5-VL on mlx-vlm.
+
+Run the server with ``visioncache serve-mlx MODEL [vllm-mlx serve flags] [--vision-cache-* flags]``
+(or ``python -m visioncache.integrations.vllm_mlx serve ...``); embed it with `install`. What
+changes inside the engine:
+
+- its vision cache is a configured visioncache, namespaced by the weights, the model
+  configuration and the processor, sized and tiered (disk, Redis) by the flags;
+- per scheduler step, the images of all image requests are looked up together and the missing
+  ones (deduplicated across requests) are encoded in ONE vision-tower call; the model gets the
+  features through mlx-vlm's ``cached_image_features``, so a cached image is not decoded,
+  preprocessed or encoded again;
+- its KV prefix cache (text-only prompts in vllm-mlx) also serves image prompts, keyed with
+  image-aware ids (`kv_keys`): turn N+1 of an image chat reuses turn N's KV and prefills only the
+  new tail, from the cached features, at the right rotary positions.
+
+Exactly vllm-mlx ``SUPPORTED_VLLM_MLX_VERSION`` is supported; `install` lists what it patches.
+"""
+
+from __future__ import annotations
+
+from visioncache.integrations.vllm_mlx.compat import SUPPORTED_VLLM_MLX_VERSION
+from visioncache.integrations.vllm_mlx.install import Installation, install, installed
+from visioncache.integrations.vllm_mlx.launcher import serve
+from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings
+from visioncache.integrations.vllm_mlx.stats import EngineStats
+
+__all__ = [
+    "SUPPORTED_VLLM_MLX_VERSION",
+    "EngineStats",
+    "Installation",
+    "VisionCacheSettings",
+    "install",
+    "installed",
+    "serve",
+]

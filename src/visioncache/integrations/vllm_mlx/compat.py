@@ -1,0 +1,88 @@
+"""The vllm-mlx version this integration is written against, checked before anything is patched.
+
+The integration wraps a few methods of vllm-mlx's ``MLLMBatchGenerator`` (listed in the package
+docstring). Their bodies are not stable API, so exactly one release is supported; another one is
+refused with a message naming both versions, before any attribute is touched, so vllm-mlx is
+never left half-patched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from importlib import metadata
+from types import ModuleType
+
+from visioncache import ConfigurationError
+
+__all__ = [
+    "INSTALL_HINT",
+    "SUPPORTED_VLLM_MLX_VERSION",
+    "import_batch_generator_module",
+    "installed_version",
+]
+
+SUPPORTED_VLLM_MLX_VERSION = "0.6.0"
+INSTALL_HINT = f"pip install 'visioncache[vllm-mlx]' (vllm-mlx=={SUPPORTED_VLLM_MLX_VERSION})"
+
+# Every attribute the integration wraps or calls, with the parameters it relies on.
+_REQUIRED_METHODS = {
+    "__init__": ("model", "processor", "prefix_cache_config"),
+    "_process_prompts": ("requests",),
+    "_preprocess_request": ("request",),
+    "_language_model_kwargs": ("request", "position_start", "position_end"),
+    "get_vision_cache_stats": (),
+}
+_REQUIRED_REQUEST_FIELDS = ("images", "videos", "audio", "prompt", "input_ids", "extra_kwargs")
+
+
+def installed_version() -> str | None:
+    """The installed vllm-mlx distribution's version, or None when it is not installed."""
+    try:
+        return metadata.version("vllm-mlx")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def import_batch_generator_module() -> ModuleType:
+    """``vllm_mlx.mllm_batch_generator`` after checking the version and every seam used.
+
+    Raises ConfigurationError (vllm-mlx missing, another version, or a seam that changed).
+    """
+    version = installed_version()
+    if version is None:
+        raise ConfigurationError(f"vllm-mlx is not installed: {INSTALL_HINT}")
+    if version != SUPPORTED_VLLM_MLX_VERSION:
+        raise ConfigurationError(
+            f"visioncache's vllm-mlx integration supports vllm-mlx {SUPPORTED_VLLM_MLX_VERSION} only, "
+            f"but {version} is installed; nothing was patched ({INSTALL_HINT})"
+        )
+    module = importlib.import_module("vllm_mlx.mllm_batch_generator")
+    problems = _seam_problems(module)
+    if problems:
+        raise ConfigurationError(
+            f"vllm-mlx {version} does not have the code this integration patches "
+            f"({'; '.join(problems)}); nothing was patched"
+        )
+    return module
+
+
+def _seam_problems(module: ModuleType) -> list[str]:
+    problems = []
+    generator = getattr(module, "MLLMBatchGenerator", None)
+    if generator is None:
+        return ["no MLLMBatchGenerator"]
+    for name, parameters in _REQUIRED_METHODS.items():
+        method = inspect.getattr_static(generator, name, None)
+        if method is None:
+            problems.append(f"no MLLMBatchGenerator.{name}")
+            continue
+        function = method.__func__ if isinstance(method, staticmethod) else method
+        missing = set(parameters) - set(inspect.signature(function).parameters)
+        if missing:
+            problems.append(f"MLLMBatchGenerator.{name} lacks {sorted(missing)}")
+    if not callable(getattr(module, "is_text_only_prefix_cache_request", None)):
+        problems.append("no is_text_only_prefix_cache_request")
+    fields = getattr(getattr(module, "MLLMBatchRequest", None), "__dataclass_fields__", {})
+    problems += [f"MLLMBatchRequest has no {name}" for name in _REQUIRED_REQUEST_FIELDS if name not in fields]
+    return problems

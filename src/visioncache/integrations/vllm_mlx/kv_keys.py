@@ -1,0 +1,76 @@
+"""Image-aware keys for vllm-mlx's token-keyed KV prefix cache.
+
+vllm-mlx keys cached KV by the prompt's token ids. In an image prompt every placeholder token has
+the same id whatever the image, so two prompts with different images would share a key: the
+engine therefore never caches image prompts. Here each placeholder id is replaced by an id
+derived from (namespace, salt, image digest, position of the image's first token, index in the
+run). Those ids are negative, so they never equal a real token id, and 31 bits each: a key of an
+image of n tokens matches another image's only if n independent 31-bit values agree. The same
+image at another position, another model or processor configuration (namespace) or another
+tenant (salt) gives different ids, so their KV is never shared. The ids also survive vllm-mlx's
+prefix-cache persistence, which stores keys as 32-bit signed integers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from blake3 import blake3
+
+from visioncache import PlaceholderMismatchError
+from visioncache.fingerprint import fingerprint
+
+__all__ = ["PrefixKey", "image_run_ids", "prefix_key"]
+
+_DOMAIN = "visioncache vllm-mlx image KV ids v1"
+
+
+@dataclass(frozen=True)
+class PrefixKey:
+    """A prompt's real token ids and its image-aware key (the same length, position for position)."""
+
+    token_ids: tuple[int, ...]
+    key: tuple[int, ...]
+
+
+def image_run_ids(
+    namespace: str, salt: str | bytes | None, digest: bytes, start: int, count: int
+) -> list[int]:
+    """``count`` ids in ``[-2**31, -1]`` for an image whose first placeholder sits at ``start``."""
+    seed = fingerprint([_DOMAIN, namespace, salt or b"", digest, str(start)])
+    stream = blake3(bytes.fromhex(seed)).digest(length=4 * count)
+    values = np.frombuffer(stream, dtype="<u4") & np.uint32(0x7FFFFFFF)
+    ids: list[int] = (-1 - values.astype(np.int64)).tolist()
+    return ids
+
+
+def prefix_key(
+    token_ids: Sequence[int],
+    image_token_id: int,
+    images: Sequence[tuple[bytes, int]],
+    *,
+    namespace: str,
+    salt: str | bytes | None,
+) -> PrefixKey:
+    """The key of a prompt whose placeholders hold ``images``: (digest, token count) in order.
+
+    Placeholders are consumed in order, as the model consumes image features. Raises
+    PlaceholderMismatchError when their number is not the images' total token count.
+    """
+    real = tuple(int(token) for token in token_ids)
+    positions = [index for index, token in enumerate(real) if token == image_token_id]
+    expected = sum(count for _, count in images)
+    if len(positions) != expected:
+        raise PlaceholderMismatchError(
+            f"the prompt holds {len(positions)} image placeholder tokens but its images need {expected}"
+        )
+    key = list(real)
+    offset = 0
+    for digest, count in images:
+        run = positions[offset : offset + count]
+        for position, value in zip(run, image_run_ids(namespace, salt, digest, run[0], count), strict=True):
+            key[position] = value
+        offset += count
+    return PrefixKey(real, tuple(key))

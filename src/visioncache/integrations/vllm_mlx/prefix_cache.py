@@ -1,0 +1,85 @@
+"""vllm-mlx's KV prefix cache, consulted with image-aware keys for image requests.
+
+vllm-mlx asks its prefix cache with a request's token ids, right after asking
+``is_text_only_prefix_cache_request(request)``. The integration replaces that check (`select_request`):
+for a request whose images went through visioncache it selects the request's `PrefixKey` and
+answers True; for any other request it selects nothing and gives vllm-mlx's own answer. The
+`ImageAwarePrefixCache` wrapper then translates token ids into the selected key (and remaining
+keys back into token ids). A lookup whose ids are not the selected request's is never translated:
+it is answered as a miss, so a wrong request can never be served another's KV.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey
+from visioncache.integrations.vllm_mlx.stats import EngineStats
+
+__all__ = ["ImageAwarePrefixCache", "select_request"]
+
+_selection = threading.local()  # the scheduler thread's selected PrefixKey (or None)
+
+
+def select_request(prefix_key: PrefixKey | None) -> None:
+    """Make ``prefix_key`` the key of the next lookups and stores on this thread (None: token ids)."""
+    _selection.key = prefix_key
+
+
+def _selected() -> PrefixKey | None:
+    key: PrefixKey | None = getattr(_selection, "key", None)
+    return key
+
+
+class ImageAwarePrefixCache:
+    """Wraps a ``MemoryAwarePrefixCache``; every other attribute is the wrapped cache's."""
+
+    def __init__(self, inner: Any, stats: EngineStats) -> None:
+        self._inner = inner
+        self._stats = stats
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _key(self, tokens: Sequence[int]) -> list[int] | None:
+        """The key to use for ``tokens``: themselves, the selected request's key, or None
+        (ids that are not the selected request's: answer as a miss)."""
+        selected = _selected()
+        if selected is None:
+            return list(tokens)
+        count = len(tokens)
+        if count > len(selected.token_ids) or tuple(tokens) != selected.token_ids[:count]:
+            return None
+        return list(selected.key[:count])
+
+    def fetch(self, tokens: list[int]) -> tuple[Any, list[int]]:
+        key = self._key(tokens)
+        if key is None:
+            return None, tokens
+        cache, remaining = self._inner.fetch(key)
+        if _selected() is None:
+            return cache, remaining
+        reused = len(tokens) - len(remaining) if cache is not None else 0
+        if reused:
+            self._stats.kv_prefix_hits += 1
+            self._stats.kv_tokens_reused += reused
+        else:
+            self._stats.kv_prefix_misses += 1
+        return cache, list(tokens[len(tokens) - len(remaining) :])
+
+    def fetch_exact_auxiliary(self, tokens: list[int]) -> Any:
+        return self._call_keyed(self._inner.fetch_exact_auxiliary, tokens)
+
+    def store(self, tokens: list[int], cache: Any, **kwargs: Any) -> Any:
+        return self._call_keyed(lambda key: self._inner.store(key, cache, **kwargs), tokens) or False
+
+    def prepare_store(self, tokens: list[int], cache: Any, auxiliary: dict[str, Any] | None = None) -> Any:
+        return self._call_keyed(
+            lambda key: self._inner.prepare_store(key, cache, auxiliary=auxiliary), tokens
+        )
+
+    def _call_keyed(self, call: Callable[[list[int]], Any], tokens: list[int]) -> Any:
+        key = self._key(tokens)
+        return None if key is None else call(key)

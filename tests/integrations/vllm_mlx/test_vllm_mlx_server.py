@@ -1,0 +1,193 @@
+"""visioncache inside vllm-mlx 0.6.0's real OpenAI server (continuous batching, mlx-cpu), against
+the stock server, through the real ``openai`` client on loopback.
+
+Both servers record every vision-tower call and every emitted token with its top log-probs
+(`visioncache.bench.vllm_mlx_server`); the tests compare those records request by request.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integrations.vllm_mlx.chat import (
+    QUESTIONS,
+    SYSTEM,
+    Conversation,
+    Reply,
+    client_for,
+    complete,
+    image_url,
+    turn_images,
+    user_message,
+)
+from visioncache.bench.vllm_mlx_server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+NO_STOP = {"0": -100.0, "2": -100.0}  # <|endoftext|> and <|im_end|>, the tiny model's stop tokens
+
+
+def engine_stats(server: ServerProcess) -> dict[str, Any]:
+    stats: dict[str, Any] = server.get_json("/v1/cache/stats")["engine_cache"]["vision_embedding_cache"]
+    return stats
+
+
+class Recording:
+    """The tower calls and tokens a server records from now on."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self._towers, self._tokens = len(server.records("tower")), len(server.records("token"))
+
+    def towers(self) -> list[int]:
+        return [entry["images"] for entry in self.server.records("tower")[self._towers :]]
+
+    def tokens(self) -> list[dict[str, Any]]:
+        return self.server.records("token")[self._tokens :]
+
+
+def run_chats(server: ServerProcess, shared: str, own: list[str]) -> tuple[list[Reply], list[int]]:
+    """The three-user, four-turn workload, one request at a time; replies and KV tokens reused."""
+    client = client_for(server.base_url)
+    conversations = [Conversation() for _ in own]
+    replies, reused = [], []
+    for turn, question in enumerate(QUESTIONS):
+        for user, conversation in enumerate(conversations):
+            before = engine_stats(server).get("kv_tokens_reused", 0)
+            replies.append(conversation.send(client, question, *turn_images(user, turn, shared, own)))
+            reused.append(engine_stats(server).get("kv_tokens_reused", 0) - before)
+    return replies, reused
+
+
+def test_multi_turn_image_chats_encode_each_image_once_reuse_kv_and_match_stock(
+    stock_server: ServerProcess, visioncache_server: ServerProcess
+) -> None:
+    shared, own = image_url(100), [image_url(101 + user) for user in range(3)]
+    results = {}
+    for server in (stock_server, visioncache_server):
+        recording = Recording(server)
+        replies, reused = run_chats(server, shared, own)
+        results[server.engine] = (replies, reused, recording.towers(), recording.tokens())
+    stock_replies, _, stock_towers, stock_tokens = results["stock"]
+    replies, reused, towers, tokens = results["visioncache"]
+
+    # Greedy tokens and their top-5 log-probs are identical to the stock server's, bit for bit.
+    assert replies == stock_replies
+    assert len(tokens) == len(stock_tokens) > 0 and all("top" in entry for entry in tokens)
+    assert tokens == stock_tokens
+    # Stock runs the tower on every image of every request (the history re-sends them): 8 per user.
+    assert sum(stock_towers) == 3 * (1 + 2 + 2 + 3)
+    # visioncache encodes each of the 4 distinct images once.
+    assert sum(towers) == 4
+    # Every turn >= 2 reuses at least the whole previous turn of that user's KV.
+    for index in range(3, len(replies)):
+        assert reused[index] >= replies[index - 3].prompt_tokens, (index, reused, replies)
+    stats = engine_stats(visioncache_server)
+    assert stats["kv_tokens_reused"] >= sum(reused) > 0 and stats["vision_tower_calls"] >= 4
+
+
+def _with_blocker(server: ServerProcess, requests: list[list[dict[str, Any]]]) -> tuple[Reply, list[Any]]:
+    """Send ``requests`` concurrently while a long request generates, so that vllm-mlx (which starts
+    image requests only when its batch is idle) takes them in ONE scheduler step."""
+    client = client_for(server.base_url)
+    started = threading.Event()
+    blocker_messages = [
+        {"role": "system", "content": SYSTEM},
+        user_message("describe the image", image_url(299)),
+    ]
+
+    def block() -> Reply:
+        stream = client.chat.completions.create(
+            model="model",
+            messages=blocker_messages,
+            max_tokens=200,
+            temperature=0.0,
+            stream=True,
+            logit_bias=NO_STOP,  # it must run to max_tokens
+        )
+        finish = ""
+        for chunk in stream:
+            started.set()
+            finish = chunk.choices[0].finish_reason or finish if chunk.choices else finish
+        return Reply("", 0, finish)
+
+    def send(messages: list[dict[str, Any]]) -> Any:
+        try:
+            return complete(client, messages, max_tokens=5)
+        except Exception as error:  # the openai client's APIStatusError for a failed request
+            return error
+
+    with ThreadPoolExecutor(len(requests) + 1) as pool:
+        blocker = pool.submit(block)
+        assert started.wait(120), "the blocking request never started"
+        futures = [pool.submit(send, messages) for messages in requests]
+        return blocker.result(), [future.result() for future in futures]
+
+
+def test_image_requests_of_one_step_share_one_tower_call(
+    stock_server: ServerProcess, visioncache_server: ServerProcess
+) -> None:
+    cached, new = image_url(200), [image_url(seed) for seed in (201, 202, 203)]
+    image_sets = [(new[0],), (new[1], cached), (new[0], new[2]), (cached,)]
+    requests = [[user_message("describe the image", *images)] for images in image_sets]
+    results = {}
+    for server in (stock_server, visioncache_server):
+        complete(client_for(server.base_url), [user_message("a", cached)], max_tokens=1)
+        recording = Recording(server)
+        blocker, replies = _with_blocker(server, requests)
+        assert blocker.finish_reason == "length", "the blocker must outlast the requests' arrival"
+        results[server.engine] = (replies, recording.towers())
+    stock_replies, stock_towers = results["stock"]
+    replies, towers = results["visioncache"]
+    assert all(isinstance(reply, Reply) for reply in replies) and replies == stock_replies
+    assert sorted(stock_towers) == [1, 1, 1, 2, 2]  # the blocker's image, then each request's images
+    # The blocker's image, then ONE call for the step's three distinct missing images.
+    assert towers == [1, 3]
+
+
+def test_bad_inputs_fail_alone_with_the_engines_error(
+    stock_server: ServerProcess, visioncache_server: ServerProcess, tmp_path: Path
+) -> None:
+    import base64
+
+    corrupt = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"not a png" * 40).decode()
+    bad_urls = [corrupt, (tmp_path / "missing.png").as_uri(), "data:image/png;base64," + "A" * (31 << 20)]
+    good = [[user_message("describe the image", image_url(301))], [user_message("a", image_url(302))]]
+    requests = [good[0], *([user_message("describe", url)] for url in bad_urls), good[1]]
+    results = {}
+    for server in (stock_server, visioncache_server):
+        _, replies = _with_blocker(server, requests)
+        results[server.engine] = replies
+    for stock, ours in zip(results["stock"], results["visioncache"], strict=True):
+        if isinstance(stock, Reply):
+            assert ours == stock
+        else:
+            assert (ours.status_code, ours.body) == (stock.status_code, stock.body)
+    assert [isinstance(reply, Reply) for reply in results["visioncache"]] == [True, False, False, False, True]
+    # Each request alone still works afterwards (nothing was left half-prepared).
+    assert (
+        complete(client_for(visioncache_server.base_url), good[1], max_tokens=5) == results["visioncache"][-1]
+    )
+
+
+def test_restart_with_a_disk_tier_runs_the_tower_zero_times_for_seen_images(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    disk = ["--vision-cache-disk-dir", str(tmp_path / "tier")]
+    images = [image_url(401), image_url(402)]
+    requests = [[user_message("describe the image", images[0])], [user_message("compare", *images)]]
+    runs = []
+    for root in ("first", "restarted"):  # a fresh HOME each time: nothing but the tier carries over
+        with ServerProcess("visioncache", model_dir, tmp_path / root, *disk) as server:
+            client = client_for(server.base_url)
+            replies = [complete(client, messages) for messages in requests]
+            runs.append((replies, server.records("tower"), engine_stats(server)))
+    (first_replies, first_towers, _), (replies, towers, stats) = runs
+    assert sum(entry["images"] for entry in first_towers) == 2
+    assert towers == [] and stats["vision_tower_calls"] == 0 and stats["images_encoded"] == 0
+    assert replies == first_replies
