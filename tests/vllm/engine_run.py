@@ -18,14 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.vllm.workload import MAIN, OTHER, WARM_UP_SEED, Workload, image_data_url
+from tests.vllm.workload import BUDGET, MAIN, OTHER, WARM_UP_SEED, Workload, image_data_url
 
-WORKLOADS = {"main": MAIN, "other": OTHER}
+WORKLOADS = {"main": MAIN, "other": OTHER, "budget": BUDGET}
 TOP_LOGPROBS = 5
 MAX_TOKENS = 6
 
 
-def engine_arguments(model: str, ec_config: dict[str, Any] | None, budget: int | None) -> dict[str, Any]:
+def engine_arguments(
+    model: str, ec_config: dict[str, Any] | None, budget: int | None, mm_embeds: bool = False
+) -> dict[str, Any]:
     """Arguments shared by the in-process engine and (as flags) the OpenAI server."""
     arguments: dict[str, Any] = {
         "model": model,
@@ -41,6 +43,9 @@ def engine_arguments(model: str, ec_config: dict[str, Any] | None, budget: int |
     }
     if budget is not None:
         arguments["max_num_batched_tokens"] = budget
+    if mm_embeds:
+        # What vLLM turns on by itself for an EC consumer; it sizes the encoder cache for videos.
+        arguments["enable_mm_embeds"] = True
     if ec_config is not None:
         arguments["ec_transfer_config"] = ec_config
     return arguments
@@ -107,6 +112,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--ec-config")
     parser.add_argument("--budget", type=int)
+    parser.add_argument("--mm-embeds", action="store_true")
     parser.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
     args = parser.parse_args()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -119,7 +125,7 @@ def main() -> None:
 
     ec_config = json.loads(args.ec_config) if args.ec_config else None
     started = time.perf_counter()
-    llm = LLM(**engine_arguments(args.model, ec_config, args.budget))
+    llm = LLM(**engine_arguments(args.model, ec_config, args.budget, args.mm_embeds))
     result: dict[str, Any] = {"start_seconds": time.perf_counter() - started, "workloads": {}}
     warm_up(llm)
     for name in args.workload or ["main"]:

@@ -19,9 +19,9 @@ QUESTIONS = ["describe the image", "what is in this picture", "compare these two
 SIZES = [(112, 140), (140, 112), (168, 168), (112, 112), (196, 140), (140, 196), (126, 154), (154, 126)]
 
 
-def image_data_url(seed: int) -> str:
+def image_data_url(seed: int, size: tuple[int, int] | None = None) -> str:
     """A random PNG (deterministic per seed) as a ``data:`` URL."""
-    width, height = SIZES[seed % len(SIZES)]
+    width, height = size or SIZES[seed % len(SIZES)]
     pixels = (np.random.default_rng(seed).random((height, width, 3)) * 255).astype(np.uint8)
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="PNG")
@@ -36,9 +36,14 @@ class Workload:
     turns: int = 4
     distinct: int = 5
     first_seed: int = 0
+    image_size: tuple[int, int] | None = None  # None: sizes vary by seed
+    spread: bool = False  # two images every turn, spread over the pool (many distinct prefixes)
 
     def turn_images(self, user: int, turn: int) -> list[int]:
         """Seeds of the images the user adds at this turn (one or two, shared between users)."""
+        if self.spread:
+            base = 2 * turn + user
+            return [self.first_seed + base % self.distinct, self.first_seed + (base + 5) % self.distinct]
         first = self.first_seed + (user + turn) % self.distinct
         if turn % 2 == 1:
             return [first, self.first_seed + (user + turn + 2) % self.distinct]
@@ -53,7 +58,7 @@ class Workload:
         messages: list[dict[str, Any]] = []
         for earlier in range(turn + 1):
             content: list[dict[str, Any]] = [
-                {"type": "image_url", "image_url": {"url": image_data_url(seed)}}
+                {"type": "image_url", "image_url": {"url": image_data_url(seed, self.image_size)}}
                 for seed in self.turn_images(user, earlier)
             ]
             content.append({"type": "text", "text": QUESTIONS[(user + earlier) % len(QUESTIONS)]})
@@ -81,3 +86,7 @@ MAIN = Workload()
 WARM_UP_SEED = 999
 # The same shape over other images: what a second phase (or a fault test) sends.
 OTHER = Workload(first_seed=100)
+# More and larger images (64 embeddings each) than vLLM's encoder cache holds when its budget is
+# small: with an EC connector configured, vLLM sizes that cache for the largest video (448
+# embeddings here, about 7 of these images), so the comparison runs set the same option.
+BUDGET = Workload(distinct=12, first_seed=200, image_size=(224, 224), spread=True)

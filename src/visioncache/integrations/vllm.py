@@ -74,6 +74,7 @@ if vllm.__version__ != SUPPORTED_VLLM_VERSION:
 logger = logging.getLogger(__name__)
 # Verified entries the scheduler holds between `has_cache_item` and the step's metadata.
 _STAGED_MAX_BYTES = 512 * 2**20
+_TIER_COUNTERS = ("errors", "corrupt", "unverified", "skipped")
 
 
 @dataclass
@@ -219,23 +220,25 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         self._interval[name] = self._interval.get(name, 0) + value
         self._totals[name] = self._totals.get(name, 0) + value
 
+    def _tier_sums(self) -> dict[str, int]:
+        rows = self.store.stats().tiers
+        return {f"tier_{name}": sum(int(getattr(row, name)) for row in rows) for name in _TIER_COUNTERS}
+
     def get_ec_connector_stats(self) -> VisionCacheECStats | None:
         """This interval's counters, with the tiers' error counts since the last call."""
-        tiers = self.store.stats().tiers
-        for name in ("errors", "corrupt", "unverified", "skipped"):
-            total = sum(int(getattr(row, name)) for row in tiers)
+        for name, total in self._tier_sums().items():
             delta = total - self._tier_totals.get(name, 0)
             self._tier_totals[name] = total
             if delta:
-                self._count(f"tier_{name}", delta)
+                self._interval[name] = self._interval.get(name, 0) + delta
         if not any(self._interval.values()):
             return None
         stats, self._interval = VisionCacheECStats(data=dict(self._interval)), {}
         return stats
 
     def totals(self) -> dict[str, float]:
-        """Every counter since start-up (this half of the connector)."""
-        return dict(self._totals)
+        """Every counter since start-up (this half of the connector), tiers' counts included."""
+        return {**self._totals, **self._tier_sums()}
 
     @classmethod
     def build_ec_connector_stats(cls, data: dict[str, Any] | None = None) -> VisionCacheECStats:

@@ -1,0 +1,130 @@
+"""Fixtures for the vLLM connector tests: a tiny Qwen2-VL checkpoint, engine runs in subprocesses.
+
+These tests need vLLM (`make test-vllm` builds .venv-vllm and runs them); the main `make test`
+environment has no vLLM, so there they are not collected at all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    collect_ignore_glob = ["test_*.py"]
+
+ROOT = Path(__file__).resolve().parents[2]
+CONNECTOR = {
+    "ec_connector": "VisionCacheECConnector",
+    "ec_connector_module_path": "visioncache.integrations.vllm",
+}
+RUN_TIMEOUT = 300
+
+
+def ec_config(role: str = "ec_both", **extra: object) -> dict[str, Any]:
+    """An ``--ec-transfer-config`` for the connector with ``ec_connector_extra_config=extra``."""
+    return {**CONNECTOR, "ec_role": role, "ec_connector_extra_config": extra}
+
+
+def engine_env(encoder_log: Path, **extra: str) -> dict[str, str]:
+    """Environment of a vLLM process: offline, visioncache importable, encoder calls counted."""
+    site = str(ROOT / "tests" / "vllm" / "site")
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), site]),
+        "VISIONCACHE_TEST_ENCODER_LOG": str(encoder_log),
+        **extra,
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.vllm.tiny_model import save_tiny_qwen2_vl
+
+    return save_tiny_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
+
+
+EngineRunner = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture(scope="session")
+def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> EngineRunner:
+    """``run_engine(*workloads, ec=None, budget=None, mm_embeds=False, env={})``: one in-process
+    engine in a subprocess (`tests.vllm.engine_run`); returns its JSON report."""
+    runs = tmp_path_factory.mktemp("engine-runs")
+
+    def run(
+        *workloads: str,
+        ec: dict[str, Any] | None = None,
+        budget: int | None = None,
+        mm_embeds: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        index = len(list(runs.iterdir()))
+        directory = runs / f"run{index}"
+        directory.mkdir()
+        command = [
+            sys.executable,
+            "-m",
+            "tests.vllm.engine_run",
+            "--model",
+            str(tiny_model),
+            "--out",
+            str(directory / "result.json"),
+        ]
+        for name in workloads or ("main",):
+            command += ["--workload", name]
+        if ec is not None:
+            command += ["--ec-config", json.dumps(ec)]
+        if budget is not None:
+            command += ["--budget", str(budget)]
+        if mm_embeds:
+            command.append("--mm-embeds")
+        log = directory / "engine.log"
+        with log.open("w") as output:
+            done = subprocess.run(
+                command,
+                cwd=ROOT,
+                env=engine_env(directory / "encoder.log", **(env or {})),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                timeout=RUN_TIMEOUT,
+            )
+        if done.returncode != 0:
+            tail = log.read_text()[-6000:]
+            raise AssertionError(f"engine run failed ({done.returncode}):\n{tail}")
+        result: dict[str, Any] = json.loads((directory / "result.json").read_text())
+        result["log"] = str(log)
+        return result
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def stock(run_engine: EngineRunner) -> dict[str, Any]:
+    """vLLM alone (no connector) on the main and the other workload: the reference outputs."""
+    return run_engine("main", "other")
+
+
+@pytest.fixture(scope="session")
+def populated_disk(run_engine: EngineRunner, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A cold run with a disk tier (the main workload): its report and the directory it filled."""
+    directory = tmp_path_factory.mktemp("disk-populated") / "tier"
+    report = run_engine("main", ec=ec_config(disk_dir=str(directory)))
+    return {"report": report, "directory": directory}
+
+
+def copy_tier(source: Path, tmp_path: Path) -> Path:
+    """A private copy of a disk tier (tests change entries without touching the shared one)."""
+    target = tmp_path / "tier"
+    shutil.copytree(source, target)
+    return target

@@ -1,0 +1,66 @@
+"""The connector's configuration: every mistake is a clear error before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.vllm.conftest import EngineRunner, ec_config
+from visioncache.errors import ConfigurationError
+from visioncache.integrations.vllm_connector.config import ConnectorConfig
+from visioncache.integrations.vllm_connector.item_store import is_engine_hash
+
+
+def test_a_full_configuration_parses() -> None:
+    config = ConnectorConfig.from_extra_config(
+        {
+            "disk_dir": "/dev/shm/vc",
+            "disk_max_bytes": "2GiB",
+            "redis_url": "redis://cache:6379/0",
+            "redis_cluster": True,
+            "redis_timeout": 0.1,
+            "redis_ttl_seconds": 3600,
+            "retry_interval": 2,
+            "hmac_secret_env": "VC_SECRETS",
+            "namespace": "ops/qwen2-vl@3",
+            "max_pending_write_bytes": "64MiB",
+        },
+        environ={"VC_SECRETS": "new-secret, old-secret"},
+    )
+    assert config.disk_max_bytes == 2 * 2**30
+    assert config.secrets == (b"new-secret", b"old-secret")  # the first signs, both verify
+    assert config.max_pending_write_bytes == 64 * 2**20
+    assert config.redis_cluster and config.retry_interval == 2.0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({}, "no tier configured"),
+        ({"disk_dir": "/tmp/x", "disk_dri": "/tmp/y"}, "unknown key(s) ['disk_dri']"),
+        ({"disk_dir": "/tmp/x", "hmac_secret": "s3cret"}, "environment variable"),
+        ({"disk_dir": "/tmp/x", "hmac_secret_env": "VC_UNSET"}, "'VC_UNSET'"),
+        ({"redis_url": "cache:6379"}, "redis://"),
+        ({"disk_dir": "/tmp/x", "disk_max_bytes": "2 parsecs"}, "disk_max_bytes"),
+        ({"disk_dir": "/tmp/x", "redis_timeout": 0}, "redis_timeout"),
+        ({"disk_dir": "/tmp/x", "redis_cluster": "yes"}, "redis_cluster"),
+        ({"disk_dir": ""}, "disk_dir"),
+    ],
+)
+def test_configuration_mistakes_are_named(extra: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match="ec_connector_extra_config") as error:
+        ConnectorConfig.from_extra_config(extra, environ={})
+    assert message in str(error.value)
+
+
+def test_client_supplied_ids_are_not_content_hashes() -> None:
+    assert is_engine_hash("a" * 64) and is_engine_hash("b" * 128)
+    assert is_engine_hash("my-lora:" + "c" * 64)  # vLLM's LoRA prefix on its own hash
+    assert not is_engine_hash("user-image-42")  # a multi_modal_uuids value: not cached by default
+    assert not is_engine_hash("A" * 64)
+
+
+def test_a_configuration_error_fails_vllm_start_up_with_the_message(run_engine: EngineRunner) -> None:
+    with pytest.raises(AssertionError) as failure:
+        run_engine("main", ec=ec_config(disk_dir="/tmp/unused", redis_ulr="redis://127.0.0.1:1/0"))
+    assert "ConfigurationError" in str(failure.value)
+    assert "unknown key(s) ['redis_ulr']" in str(failure.value)
