@@ -8,7 +8,8 @@ not cached (all of a batch's misses in one call), and the text is tokenised per 
 image placeholder expanded from the image's grid, which the embedding entry carries, so an
 embedding hit skips preprocessing too. The cached outputs reach the model through
 ``mm_encoder_outputs``, the path transformers itself uses after encoding, so a hit gives the same
-logits as a miss. All caching logic stays in the core.
+logits as a miss. Videos are cached per temporal patch (``hf_video``). All caching logic stays in
+the core.
 """
 
 from __future__ import annotations
