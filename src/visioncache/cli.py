@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from visioncache.errors import VisionCacheError
 
 # subcommand name -> module under visioncache.commands
-SUBCOMMANDS = {"bench": "bench", "stats": "stats"}
+SUBCOMMANDS = {"bench": "bench", "stats": "stats", "serve-mlx": "serve_mlx"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -74,7 +74,7 @@ class Installation:
         )
         generator.vision_cache = cache
         if generator.prefix_cache is not None and state.kv_reuse:
-            generator.prefix_cache = ImageAwarePrefixCache(generator.prefix_cache, state.stats)
+            generator.prefix_cache = ImageAwarePrefixCache(generator.prefix_cache, state.stats, state.salt)
         generator._visioncache_state = state
         self.engines.append(state)
         return state
@@ -185,10 +185,10 @@ def install(settings: VisionCacheSettings | None = None, **options: Any) -> Inst
         settings = VisionCacheSettings(**options)
     elif options:
         raise ConfigurationError("give settings or keyword options, not both")
-    module = import_batch_generator_module()
     with _lock:
         if _installed is not None:
             raise ConfigurationError("the vllm-mlx integration is already installed; uninstall() it first")
+        module = import_batch_generator_module()  # version and seams checked before any change
         installation = Installation(settings, module)
         installation._apply()
         _installed = installation

@@ -6,9 +6,11 @@ engine therefore never caches image prompts. Here each placeholder id is replace
 derived from (namespace, salt, image digest, position of the image's first token, index in the
 run). Those ids are negative, so they never equal a real token id, and 31 bits each: a key of an
 image of n tokens matches another image's only if n independent 31-bit values agree. The same
-image at another position, another model or processor configuration (namespace) or another
-tenant (salt) gives different ids, so their KV is never shared. The ids also survive vllm-mlx's
-prefix-cache persistence, which stores keys as 32-bit signed integers.
+image at another position, or another model or processor configuration (namespace), gives
+different ids, so their KV is never shared. With a tenant salt, the first id of EVERY key (text-only
+prompts included) is replaced by one derived from the salt, so tenants share no KV at all (not
+even a common system prompt's, whose reuse would show in their time to first token). The ids
+survive vllm-mlx's prefix-cache persistence, which stores keys as 32-bit signed integers.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from blake3 import blake3
 from visioncache import PlaceholderMismatchError
 from visioncache.fingerprint import fingerprint
 
-__all__ = ["PrefixKey", "image_run_ids", "prefix_key"]
+__all__ = ["PrefixKey", "image_run_ids", "prefix_key", "tenant_key"]
 
 _DOMAIN = "visioncache vllm-mlx image KV ids v1"
+_TENANT_DOMAIN = "visioncache vllm-mlx tenant KV id v1"
 
 
 @dataclass(frozen=True)
@@ -35,15 +38,26 @@ class PrefixKey:
     key: tuple[int, ...]
 
 
-def image_run_ids(
-    namespace: str, salt: str | bytes | None, digest: bytes, start: int, count: int
-) -> list[int]:
-    """``count`` ids in ``[-2**31, -1]`` for an image whose first placeholder sits at ``start``."""
-    seed = fingerprint([_DOMAIN, namespace, salt or b"", digest, str(start)])
-    stream = blake3(bytes.fromhex(seed)).digest(length=4 * count)
+def _negative_ids(seed_hex: str, count: int) -> list[int]:
+    """``count`` ids in ``[-2**31, -1]`` drawn from blake3's output stream for ``seed_hex``."""
+    stream = blake3(bytes.fromhex(seed_hex)).digest(length=4 * count)
     values = np.frombuffer(stream, dtype="<u4") & np.uint32(0x7FFFFFFF)
     ids: list[int] = (-1 - values.astype(np.int64)).tolist()
     return ids
+
+
+def image_run_ids(
+    namespace: str, salt: str | bytes | None, digest: bytes, start: int, count: int
+) -> list[int]:
+    """The ``count`` ids of an image whose first placeholder token sits at ``start``."""
+    return _negative_ids(fingerprint([_DOMAIN, namespace, salt or b"", digest, str(start)]), count)
+
+
+def tenant_key(key: Sequence[int], salt: str | bytes | None) -> tuple[int, ...]:
+    """``key`` with its first id replaced by one derived from ``salt`` (unchanged without a salt)."""
+    if not salt or not key:
+        return tuple(key)
+    return (_negative_ids(fingerprint([_TENANT_DOMAIN, salt, str(key[0])]), 1)[0], *key[1:])
 
 
 def prefix_key(
@@ -73,4 +87,4 @@ def prefix_key(
         for position, value in zip(run, image_run_ids(namespace, salt, digest, run[0], count), strict=True):
             key[position] = value
         offset += count
-    return PrefixKey(real, tuple(key))
+    return PrefixKey(real, tenant_key(key, salt))

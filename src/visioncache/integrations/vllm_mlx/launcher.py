@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The launcher's own flags; vllm-mlx's ``serve`` flags pass through (``vllm-mlx serve --help``)."""
     parser = argparse.ArgumentParser(
         prog="visioncache serve-mlx",
+        usage="%(prog)s MODEL [vllm-mlx serve flags] [--vision-cache-* flags]",
         description="vllm-mlx's OpenAI server with visioncache: per-image vision features, one "
         "batched tower call per scheduler step, and image-aware KV prefix reuse. "
         "Any other flag is vllm-mlx's (see `vllm-mlx serve --help`).",
@@ -51,6 +52,8 @@ def _check_model_directory(model: str) -> None:
 
 
 def _check_serve_args(args: argparse.Namespace) -> None:
+    if not args.model:
+        raise ConfigurationError("MODEL is required: visioncache serve-mlx MODEL [flags]")
     if getattr(args, "models_config", None):
         raise ConfigurationError("visioncache serve-mlx serves one MODEL; --models-config is not supported")
     if not args.continuous_batching:

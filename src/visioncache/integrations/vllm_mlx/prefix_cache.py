@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey
+from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, tenant_key
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
 __all__ = ["ImageAwarePrefixCache", "select_request"]
@@ -34,21 +34,26 @@ def _selected() -> PrefixKey | None:
 
 
 class ImageAwarePrefixCache:
-    """Wraps a ``MemoryAwarePrefixCache``; every other attribute is the wrapped cache's."""
+    """Wraps a ``MemoryAwarePrefixCache``; every other attribute is the wrapped cache's.
 
-    def __init__(self, inner: Any, stats: EngineStats) -> None:
+    With a tenant ``salt``, text-only prompts are keyed by `tenant_key` too, so nothing is shared
+    with another tenant's engine over a shared or persisted prefix cache.
+    """
+
+    def __init__(self, inner: Any, stats: EngineStats, salt: str | bytes | None = None) -> None:
         self._inner = inner
         self._stats = stats
+        self._salt = salt
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def _key(self, tokens: Sequence[int]) -> list[int] | None:
-        """The key to use for ``tokens``: themselves, the selected request's key, or None
+        """The key to use for ``tokens``: their tenant key, the selected request's key, or None
         (ids that are not the selected request's: answer as a miss)."""
         selected = _selected()
         if selected is None:
-            return list(tokens)
+            return list(tenant_key(tokens, self._salt))
         count = len(tokens)
         if count > len(selected.token_ids) or tuple(tokens) != selected.token_ids[:count]:
             return None
@@ -60,7 +65,7 @@ class ImageAwarePrefixCache:
             return None, tokens
         cache, remaining = self._inner.fetch(key)
         if _selected() is None:
-            return cache, remaining
+            return cache, list(tokens[len(tokens) - len(remaining) :])
         reused = len(tokens) - len(remaining) if cache is not None else 0
         if reused:
             self._stats.kv_prefix_hits += 1

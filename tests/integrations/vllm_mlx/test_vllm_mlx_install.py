@@ -1,0 +1,236 @@
+"""`install` for people who embed vllm-mlx's engine: version pinning, what is patched and restored,
+the launcher's refusals, the cache's identity, and the batch generator driven in process
+(Qwen2.5-VL here; the server tests use Qwen2-VL)."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import io
+import json
+import tempfile
+import uuid
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.integrations.vllm_mlx.chat import SYSTEM, image_url
+from visioncache import ConfigurationError
+from visioncache.integrations import vllm_mlx
+from visioncache.integrations.vllm_mlx import VisionCacheSettings, install
+from visioncache.integrations.vllm_mlx.launcher import serve
+from visioncache.integrations.vllm_mlx.settings import weights_identity
+
+generator_module = pytest.importorskip("vllm_mlx.mllm_batch_generator")
+PATCHED = (
+    "__init__",
+    "_process_prompts",
+    "_preprocess_request",
+    "_language_model_kwargs",
+    "get_vision_cache_stats",
+)
+
+
+def current_code() -> dict[str, Any]:
+    code = {name: inspect.getattr_static(generator_module.MLLMBatchGenerator, name) for name in PATCHED}
+    return {**code, "guard": generator_module.is_text_only_prefix_cache_request}
+
+
+@pytest.fixture
+def stock_code() -> Iterator[dict[str, Any]]:
+    """vllm-mlx's own code; the test fails if anything is left patched after it."""
+    before = current_code()
+    yield before
+    installation = vllm_mlx.installed()
+    if installation is not None:
+        installation.uninstall()
+    assert current_code() == before
+
+
+def test_another_vllm_mlx_version_is_refused_before_anything_is_patched(
+    stock_code: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_version = metadata.version
+    monkeypatch.setattr(
+        metadata, "version", lambda name: "0.5.2" if name == "vllm-mlx" else real_version(name)
+    )
+    with pytest.raises(ConfigurationError, match=r"supports vllm-mlx 0\.6\.0 only, but 0\.5\.2 is installed"):
+        install(model_id="m")
+    assert current_code() == stock_code and vllm_mlx.installed() is None
+
+
+def test_a_changed_seam_is_refused_before_anything_is_patched(
+    stock_code: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.delattr(generator_module.MLLMBatchGenerator, "_language_model_kwargs")
+        with pytest.raises(ConfigurationError, match="_language_model_kwargs"):
+            install(model_id="m")
+    assert vllm_mlx.installed() is None and current_code() == stock_code
+
+
+def test_install_patches_the_listed_methods_and_uninstall_restores_them(stock_code: dict[str, Any]) -> None:
+    installation = install(model_id="m")
+    patched = current_code()
+    assert all(patched[name] is not stock_code[name] for name in patched)
+    with pytest.raises(ConfigurationError, match="already installed"):
+        install(model_id="m")
+    installation.uninstall()
+    assert current_code() == stock_code
+
+
+def test_launcher_refuses_what_it_cannot_serve_exactly(tmp_path: Path, stock_code: dict[str, Any]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_vl"}))
+    with pytest.raises(ConfigurationError, match=r"qwen3_vl.*deepstack"):
+        serve([str(tmp_path), "--continuous-batching"])
+    with pytest.raises(ConfigurationError, match="--continuous-batching"):
+        serve([str(tmp_path)])
+    with pytest.raises(ConfigurationError, match="--specprefill"):
+        serve([str(tmp_path), "--continuous-batching", "--specprefill"])
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl"}))
+    with pytest.raises(ConfigurationError, match="cannot parse"):
+        serve([str(tmp_path), "--continuous-batching", "--vision-cache-max-embedding-bytes", "2 parsecs"])
+    assert vllm_mlx.installed() is None
+
+
+def test_weights_identity_follows_the_weight_files(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors").write_bytes(b"weights v1")
+    first = weights_identity(VisionCacheSettings(model_path=str(tmp_path)))
+    assert first == weights_identity(VisionCacheSettings(model_path=str(tmp_path)))
+    (tmp_path / "model.safetensors").write_bytes(b"weights v2")
+    assert weights_identity(VisionCacheSettings(model_path=str(tmp_path))) != first
+    assert (
+        weights_identity(VisionCacheSettings(model_path=str(tmp_path), model_id="org/m@abc")) == "org/m@abc"
+    )
+    with pytest.raises(ConfigurationError, match="--vision-cache-model-id"):
+        weights_identity(VisionCacheSettings(model_path=str(tmp_path / "absent")))
+    with pytest.raises(ConfigurationError, match="model_path"):
+        VisionCacheSettings()
+
+
+# ---- the batch generator, in process -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen25(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
+    from mlx_vlm.utils import load
+
+    from visioncache.bench.mlx_model_dir import save_model_dir
+
+    path = save_model_dir(tmp_path_factory.mktemp("qwen2.5-vl-tiny"), "qwen2_5_vl")
+    model, processor = load(str(path))
+    return path, model, processor
+
+
+@pytest.fixture
+def tower_calls(qwen25: tuple[Path, Any, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
+    tower = type(qwen25[1].vision_tower)
+    original = tower.__call__
+    calls: list[int] = []
+
+    def counted(self: Any, pixels: Any, grid_thw: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(int(grid_thw.shape[0]))
+        return original(self, pixels, grid_thw, *args, **kwargs)
+
+    monkeypatch.setattr(tower, "__call__", counted)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where vllm-mlx writes request images
+    return calls
+
+
+def new_generator(model: Any, processor: Any) -> Any:
+    from vllm_mlx.memory_cache import MemoryCacheConfig
+
+    stop = {processor.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    config = MemoryCacheConfig(max_memory_mb=256)
+    return generator_module.MLLMBatchGenerator(model, processor, stop_tokens=stop, prefix_cache_config=config)
+
+
+def generate(generator: Any, prompt: str, images: list[str]) -> tuple[list[int], list[np.ndarray]]:
+    request = generator_module.MLLMBatchRequest(
+        uid=-1, request_id=str(uuid.uuid4()), prompt=prompt, images=images, max_tokens=5, temperature=0.0
+    )
+    generator.insert([request])
+    tokens, logprobs = [], []
+    while generator.has_pending():
+        for response in generator.next():
+            assert response.finish_reason != "error"
+            tokens.append(response.token)
+            logprobs.append(np.array(response.logprobs))
+    return tokens, logprobs
+
+
+def prompt_length(processor: Any, prompt: str, images: list[str]) -> int:
+    """Tokens of ``prompt`` once its placeholders are expanded for ``images`` (mlx-vlm's own count)."""
+    from mlx_vlm.utils import prepare_inputs
+
+    decoded = [Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))) for url in images]
+    return int(prepare_inputs(processor, images=decoded, prompts=[prompt])["input_ids"].shape[1])
+
+
+def chat_prompts(processor: Any, first: str, second: str) -> tuple[list[str], list[list[str]]]:
+    """Two turns: an image, then a second image with the first re-sent (the answer is fixed text)."""
+
+    def user(text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}
+
+    turn_1 = [{"role": "system", "content": SYSTEM}, user("describe the image")]
+    turn_2 = [*turn_1, {"role": "assistant", "content": "a cat"}, user("compare")]
+    prompts = [
+        processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in (turn_1, turn_2)
+    ]
+    return prompts, [[first], [first, second]]
+
+
+@pytest.mark.slow
+def test_embedded_generator_matches_stock_with_one_encode_per_image_and_kv_reuse(
+    qwen25: tuple[Path, Any, Any], tower_calls: list[int], stock_code: dict[str, Any]
+) -> None:
+    path, model, processor = qwen25
+    prompts, images = chat_prompts(processor, image_url(500), image_url(501))
+    stock = new_generator(model, processor)
+    expected = [generate(stock, prompt, turn) for prompt, turn in zip(prompts, images, strict=True)]
+    assert tower_calls == [1, 2]
+    tower_calls.clear()
+
+    install(model_path=str(path))
+    ours = new_generator(model, processor)
+    results = [generate(ours, prompt, turn) for prompt, turn in zip(prompts, images, strict=True)]
+    for (tokens, logprobs), (stock_tokens, stock_logprobs) in zip(results, expected, strict=True):
+        assert tokens == stock_tokens
+        assert all(np.array_equal(a, b) for a, b in zip(logprobs, stock_logprobs, strict=True))
+    assert tower_calls == [1, 1]  # turn 2 encodes only the new image
+    stats = ours.get_vision_cache_stats()
+    assert stats["kv_prefix_hits"] == 1
+    assert stats["kv_tokens_reused"] >= prompt_length(processor, prompts[0], images[0])  # all of turn 1
+    assert stats["embedding_cache_hits"] == 1 and stats["vision_tower_calls"] == 2
+
+
+@pytest.mark.slow
+def test_tenants_with_different_salts_share_no_kv_even_through_one_prefix_store(
+    qwen25: tuple[Path, Any, Any], tower_calls: list[int], stock_code: dict[str, Any]
+) -> None:
+    path, model, processor = qwen25
+    prompts, images = chat_prompts(processor, image_url(510), image_url(511))
+    runs = {}
+    store = None
+    for tenant in ("a", "b", "a"):
+        installation = install(model_path=str(path), salt=f"tenant-{tenant}")
+        generator = new_generator(model, processor)
+        if store is not None:
+            generator.prefix_cache._inner = store  # one store, as a shared or persisted cache would be
+        store = generator.prefix_cache._inner
+        result = generate(generator, prompts[0], images[0])
+        runs.setdefault(tenant, []).append(
+            (result[0], generator.get_vision_cache_stats()["kv_tokens_reused"])
+        )
+        installation.uninstall()
+    (first_tokens, first_reused), (again_tokens, again_reused) = runs["a"]
+    ((other_tokens, other_reused),) = runs["b"]
+    assert first_reused == 0 and other_reused == 0  # tenant b reused nothing of a's identical prompt
+    assert again_reused > 0  # ... while tenant a, back, reuses its own
+    assert first_tokens == other_tokens == again_tokens

@@ -1,0 +1,121 @@
+"""Image-aware KV keys and the prefix-cache wrapper: each way two prompts could wrongly share KV."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from visioncache import PlaceholderMismatchError
+from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, image_run_ids, prefix_key, tenant_key
+from visioncache.integrations.vllm_mlx.prefix_cache import ImageAwarePrefixCache, select_request
+from visioncache.integrations.vllm_mlx.stats import EngineStats
+
+PAD = 5  # the image placeholder token id
+TOKENS = [1, 9, 9, 3, PAD, PAD, PAD, PAD, 4, 9, 3, PAD, PAD, 4, 12]  # two images: 4 and 2 tokens
+A, B = b"a" * 32, b"b" * 32  # image digests
+
+
+def key_of(images: list[tuple[bytes, int]], tokens: list[int] = TOKENS, **identity: Any) -> tuple[int, ...]:
+    options = {"namespace": "ns", "salt": None, **identity}
+    return prefix_key(tokens, PAD, images, **options).key
+
+
+def test_placeholders_get_negative_ids_and_text_keeps_its_token_ids() -> None:
+    key = key_of([(A, 4), (B, 2)])
+    assert len(key) == len(TOKENS)
+    for token, value in zip(TOKENS, key, strict=True):
+        assert (value < 0) if token == PAD else (value == token)
+    assert len(set(key[4:8]) | set(key[11:13])) == 6  # every placeholder id differs
+    assert key_of([(A, 4), (B, 2)]) == key  # deterministic
+    assert all(-(2**31) <= value < 0 for value in image_run_ids("ns", None, A, 0, 1000))
+
+
+@pytest.mark.parametrize(
+    ("what", "other"),
+    [
+        ("other images", {"images": [(b"c" * 32, 4), (b"d" * 32, 2)]}),
+        ("the images swapped", {"images": [(B, 4), (A, 2)]}),
+        ("the same images one token later", {"tokens": [1, *TOKENS]}),
+        ("another namespace (model or processor)", {"namespace": "ns2"}),
+        ("another tenant salt", {"salt": "tenant-b"}),
+    ],
+)
+def test_a_different_image_position_namespace_or_tenant_never_shares_image_ids(
+    what: str, other: dict[str, Any]
+) -> None:
+    images = other.pop("images", [(A, 4), (B, 2)])
+    tokens = other.pop("tokens", TOKENS)
+    ours = {value for value, token in zip(key_of([(A, 4), (B, 2)]), TOKENS, strict=True) if token == PAD}
+    theirs = {
+        value for value, token in zip(key_of(images, tokens, **other), tokens, strict=True) if token == PAD
+    }
+    assert len(ours) == len(theirs) == 6 and not ours & theirs, what
+
+
+def test_a_salt_keys_text_only_prompts_apart_too() -> None:
+    text = [1, 9, 9, 3, 4, 12]
+    assert tenant_key(text, None) == tuple(text)
+    salted = tenant_key(text, "tenant-a")
+    assert salted[1:] == tuple(text[1:]) and salted[0] < 0
+    assert salted != tenant_key(text, "tenant-b") and salted == tenant_key(text, "tenant-a")
+    assert key_of([(A, 4), (B, 2)], salt="tenant-a")[0] != key_of([(A, 4), (B, 2)], salt="tenant-b")[0]
+
+
+def test_placeholder_count_must_match_the_images() -> None:
+    with pytest.raises(PlaceholderMismatchError, match="6 image placeholder tokens but its images need 5"):
+        key_of([(A, 4), (B, 1)])
+
+
+class FakePrefixCache:
+    """Records the keys it is asked for; holds one stored key."""
+
+    def __init__(self) -> None:
+        self.stored: tuple[int, ...] = ()
+        self.asked: list[list[int]] = []
+
+    def fetch(self, key: list[int]) -> tuple[Any, list[int]]:
+        self.asked.append(key)
+        if self.stored and tuple(key[: len(self.stored)]) == self.stored:
+            return "kv", key[len(self.stored) :]
+        return None, key
+
+    def store(self, key: list[int], cache: Any, **kwargs: Any) -> bool:
+        self.stored = tuple(key)
+        return True
+
+    def get_stats(self) -> dict[str, int]:
+        return {"entries": int(bool(self.stored))}
+
+
+def test_wrapper_translates_the_selected_requests_ids_and_reports_reuse() -> None:
+    inner, stats = FakePrefixCache(), EngineStats()
+    cache = ImageAwarePrefixCache(inner, stats)
+    first = prefix_key(TOKENS[:9], PAD, [(A, 4)], namespace="ns", salt=None)
+    second = prefix_key(TOKENS, PAD, [(A, 4), (B, 2)], namespace="ns", salt=None)
+    select_request(first)
+    assert cache.store(TOKENS[:9], "kv") and inner.stored == first.key
+    select_request(second)
+    kv, remaining = cache.fetch(TOKENS)
+    assert kv == "kv" and remaining == TOKENS[9:]  # token ids again, for vllm-mlx
+    assert inner.asked[-1] == list(second.key)
+    assert (stats.kv_prefix_hits, stats.kv_tokens_reused) == (1, 9)
+    assert cache.get_stats() == {"entries": 1}  # anything else is the wrapped cache's
+
+
+def test_wrapper_answers_a_miss_for_ids_that_are_not_the_selected_requests() -> None:
+    """Same token ids with another image (placeholders look alike) must never reach the store."""
+    inner, stats = FakePrefixCache(), EngineStats()
+    cache = ImageAwarePrefixCache(inner, stats)
+    select_request(PrefixKey((1, 2, 3), (1, -7, 3)))
+    assert cache.fetch([1, 2, 4]) == (None, [1, 2, 4])
+    assert not cache.store([1, 2, 4], "kv")
+    assert inner.asked == [] and inner.stored == ()
+
+
+def test_wrapper_without_selection_keys_text_by_token_ids_or_by_tenant() -> None:
+    inner = FakePrefixCache()
+    select_request(None)
+    ImageAwarePrefixCache(inner, EngineStats()).fetch([1, 2, 3])
+    ImageAwarePrefixCache(inner, EngineStats(), salt="tenant-a").fetch([1, 2, 3])
+    assert inner.asked[0] == [1, 2, 3] and inner.asked[1] == list(tenant_key([1, 2, 3], "tenant-a"))
