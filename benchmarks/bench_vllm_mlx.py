@@ -1,0 +1,209 @@
+"""vllm-mlx's OpenAI server, stock vs visioncache, side by side on a multi-user image chat.
+
+    python benchmarks/bench_vllm_mlx.py [--users 3] [--turns 4] [--image-size 448] [--max-tokens 8]
+                                        [--model DIR] [--json PATH]
+
+Both servers are vllm-mlx 0.6.0's real server (``--continuous-batching --mllm``) in their own
+process on loopback, serving the same model (default: a tiny random-weight Qwen2-VL built here;
+``--model`` for a real mlx-vlm Qwen2-VL / Qwen2.5-VL checkpoint). The workload is the one of
+``visioncache bench``: users in multi-turn chats that re-send every image, share photos, and ask
+several questions about one image. Each request is streamed to the stock server, then the same
+request to the visioncache server, one at a time, so machine noise falls on both alike.
+
+Per turn it prints, for each server: images through the vision tower (counted inside the server),
+prefill tokens computed (prompt tokens minus the KV tokens the engine reused, from its
+``/v1/cache/stats``), and time to first token p50 / p95 (first streamed token, client side).
+It exits 1 if the two servers' greedy tokens or top-5 log-probs differ anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from openai import OpenAI
+
+from visioncache.bench.vllm_mlx_server import ServerProcess
+from visioncache.bench.workload import ANSWER, Request, Workload, build_workload, sample_images
+
+from _timing import print_table
+
+SYSTEM = "You are a helpful assistant. Look at the images the user sends and answer in a few words."
+
+
+def messages_for(request: Request, workload: Workload) -> list[dict[str, Any]]:
+    """The OpenAI messages of a request: the conversation so far, images re-sent, canned answers."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    for index, turn in enumerate(request.turns):
+        parts: list[dict[str, Any]] = [
+            {"type": "image_url", "image_url": {"url": workload.images[image]}}
+            for image in turn.image_indexes
+        ]
+        messages.append({"role": "user", "content": [*parts, {"type": "text", "text": turn.question}]})
+        if index < len(request.turns) - 1:
+            messages.append({"role": "assistant", "content": ANSWER})
+    return messages
+
+
+def prefix_tokens_saved(server: ServerProcess) -> int:
+    saved: int = server.get_json("/v1/cache/stats")["engine_cache"]["prefix_cache"]["tokens_saved"]
+    return saved
+
+
+def send(
+    server: ServerProcess, client: OpenAI, messages: list[dict[str, Any]], max_tokens: int
+) -> dict[str, float]:
+    """Stream one request; its TTFT, prompt tokens, prefill tokens computed and tower images."""
+    towers, saved = len(server.records("tower")), prefix_tokens_saved(server)
+    started = time.perf_counter()
+    first_token = None
+    prompt_tokens = 0
+    stream = client.chat.completions.create(
+        model="model",
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=max_tokens,
+        temperature=0.0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    for chunk in stream:
+        if first_token is None and chunk.choices and chunk.choices[0].delta.content is not None:
+            first_token = time.perf_counter() - started
+        if chunk.usage is not None:
+            prompt_tokens = chunk.usage.prompt_tokens
+    reused = prefix_tokens_saved(server) - saved
+    images = sum(entry["images"] for entry in server.records("tower")[towers:])
+    ttft = first_token if first_token is not None else time.perf_counter() - started
+    return {"ttft": ttft, "prompt_tokens": prompt_tokens, "prefill": prompt_tokens - reused, "tower": images}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=3)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--image-size", type=int, default=448, help="longest side of each image")
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--model", help="an mlx-vlm Qwen2-VL / Qwen2.5-VL directory (default: tiny random)")
+    parser.add_argument("--json", metavar="PATH", help="write every per-request measurement as JSON")
+    args = parser.parse_args()
+    workload = build_workload(args.users, args.turns, args.image_size)
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        if args.model is None:
+            from visioncache.bench.mlx_model_dir import save_model_dir
+
+            model_dir = save_model_dir(root / "model")
+        else:
+            model_dir = Path(args.model)
+        servers = {name: ServerProcess(name, model_dir, root / name) for name in ("stock", "visioncache")}
+        try:
+            for server in servers.values():
+                server.start()
+                warm_up(server, args.image_size)
+            results = run(servers, workload, args.max_tokens)
+            same = servers["stock"].records("token") == servers["visioncache"].records("token")
+            stats = servers["visioncache"].get_json("/v1/cache/stats")["engine_cache"]
+        finally:
+            for server in servers.values():
+                server.stop()
+    report(results, workload, args)
+    vision = stats["vision_embedding_cache"]
+    print(
+        f"visioncache: {vision['vision_tower_calls']} tower calls for {vision['images_encoded']} images; "
+        f"embedding hits {vision['embedding_cache_hits']}; KV tokens reused {vision['kv_tokens_reused']} "
+        f"on {vision['kv_prefix_hits']} image requests"
+    )
+    print(f"greedy tokens and top-5 log-probs identical to stock: {'yes' if same else 'NO'}")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "results": results, "stats": stats}, indent=2)
+        )
+    return 0 if same else 1
+
+
+def warm_up(server: ServerProcess, image_size: int) -> None:
+    """One untimed image request (an image the workload never sends): the first tower call and
+    prefill pay one-time allocation costs in both servers alike."""
+    image = sample_images(image_size, generated_images=1, seed=99)[-1][1]
+    content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": "describe"}]
+    client = OpenAI(base_url=server.base_url + "/v1", api_key="unused")
+    client.chat.completions.create(
+        model="model", messages=[{"role": "user", "content": content}], max_tokens=1, temperature=0.0
+    )
+
+
+def run(
+    servers: dict[str, ServerProcess], workload: Workload, max_tokens: int
+) -> dict[str, list[dict[str, Any]]]:
+    clients = {
+        name: OpenAI(base_url=server.base_url + "/v1", api_key="unused") for name, server in servers.items()
+    }
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+    for request in workload.requests:
+        messages = messages_for(request, workload)
+        for name, server in servers.items():
+            measured = send(server, clients[name], messages, max_tokens)
+            results[name].append({"user": request.user, "turn": len(request.turns), **measured})
+    return results
+
+
+def report(results: dict[str, list[dict[str, Any]]], workload: Workload, args: argparse.Namespace) -> None:
+    print(
+        f"vllm-mlx 0.6.0 server, {args.users} users x {args.turns} turns, images {args.image_size} px, "
+        f"{workload.images_sent} images sent ({workload.distinct_images_sent} distinct); "
+        f"model: {args.model or 'tiny random-weight Qwen2-VL'}"
+    )
+    header = ("turn", "tower images", "prefill tokens", "TTFT p50 ms", "TTFT p95 ms", "TTFT p50 ratio")
+    rows = []
+    for turn in range(1, args.turns + 1):
+        cells: dict[str, dict[str, Any]] = {}
+        for name, measured in results.items():
+            of_turn = [entry for entry in measured if entry["turn"] == turn]
+            ttfts = [entry["ttft"] * 1000 for entry in of_turn]
+            cells[name] = {
+                "tower": sum(entry["tower"] for entry in of_turn),
+                "prefill": sum(entry["prefill"] for entry in of_turn),
+                "p50": statistics.median(ttfts),
+                "p95": percentile(ttfts, 0.95),
+            }
+        stock, ours = cells["stock"], cells["visioncache"]
+        rows.append(
+            (
+                str(turn),
+                f"{stock['tower']} -> {ours['tower']}",
+                f"{stock['prefill']} -> {ours['prefill']}",
+                f"{stock['p50']:.0f} -> {ours['p50']:.0f}",
+                f"{stock['p95']:.0f} -> {ours['p95']:.0f}",
+                f"{stock['p50'] / max(ours['p50'], 1e-9):.2f}x",
+            )
+        )
+    totals = {name: (sum(e["tower"] for e in m), sum(e["prefill"] for e in m)) for name, m in results.items()}
+    rows.append(
+        (
+            "all",
+            f"{totals['stock'][0]} -> {totals['visioncache'][0]}",
+            f"{totals['stock'][1]} -> {totals['visioncache'][1]}",
+            "",
+            "",
+            "",
+        )
+    )
+    print("stock -> visioncache")
+    print_table(rows, header)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
