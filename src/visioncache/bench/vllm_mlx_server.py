@@ -177,8 +177,12 @@ class ServerProcess:
             return process.wait()
 
     def get_json(self, path: str) -> Any:
+        return json.loads(self.get_text(path))
+
+    def get_text(self, path: str) -> str:
         with urllib.request.urlopen(self.base_url + path, timeout=30) as response:
-            return json.load(response)
+            text: str = response.read().decode()
+            return text
 
     def records(self, kind: str) -> list[dict[str, Any]]:
         if not self.record_path.exists():

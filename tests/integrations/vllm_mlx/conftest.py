@@ -39,4 +39,4 @@ def stock_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.fixture(scope="session")
 def visioncache_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from _serve("visioncache", model_dir, tmp_path_factory.mktemp("visioncache"))
+    yield from _serve("visioncache", model_dir, tmp_path_factory.mktemp("visioncache"), "--enable-metrics")

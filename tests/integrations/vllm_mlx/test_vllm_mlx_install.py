@@ -102,7 +102,7 @@ def test_weights_identity_follows_the_weight_files(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(b"weights v1")
     first = weights_identity(VisionCacheSettings(model_path=str(tmp_path)))
     assert first == weights_identity(VisionCacheSettings(model_path=str(tmp_path)))
-    (tmp_path / "model.safetensors").write_bytes(b"weights v2")
+    (tmp_path / "model.safetensors").write_bytes(b"weights, version 2")
     assert weights_identity(VisionCacheSettings(model_path=str(tmp_path))) != first
     assert (
         weights_identity(VisionCacheSettings(model_path=str(tmp_path), model_id="org/m@abc")) == "org/m@abc"

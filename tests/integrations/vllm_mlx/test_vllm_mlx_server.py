@@ -89,6 +89,19 @@ def test_multi_turn_image_chats_encode_each_image_once_reuse_kv_and_match_stock(
         assert reused[index] >= replies[index - 3].prompt_tokens, (index, reused, replies)
     stats = engine_stats(visioncache_server)
     assert stats["kv_tokens_reused"] >= sum(reused) > 0 and stats["vision_tower_calls"] >= 4
+    # The same counters on vllm-mlx's Prometheus endpoint (--enable-metrics).
+    metrics = scrape(visioncache_server)
+    assert metrics["visioncache_vllm_mlx_vision_tower_calls_total", ""] == stats["vision_tower_calls"]
+    assert metrics["visioncache_vllm_mlx_kv_tokens_reused_total", ""] == stats["kv_tokens_reused"]
+    assert metrics["visioncache_cache_hits_total", "embedding"] == stats["embedding_cache_hits"] > 0
+
+
+def scrape(server: ServerProcess) -> dict[tuple[str, str], float]:
+    """``/metrics`` samples by (name, level label)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(server.get_text("/metrics"))
+    return {(s.name, s.labels.get("level", "")): s.value for family in families for s in family.samples}
 
 
 def _with_blocker(server: ServerProcess, requests: list[list[dict[str, Any]]]) -> tuple[Reply, list[Any]]:

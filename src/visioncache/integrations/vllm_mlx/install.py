@@ -29,6 +29,7 @@ from visioncache import ConfigurationError
 from visioncache.integrations.mlx_features import check_model
 from visioncache.integrations.mlx_processing import check_processor
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module
+from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics
 from visioncache.integrations.vllm_mlx.prefix_cache import ImageAwarePrefixCache, select_request
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings
 from visioncache.integrations.vllm_mlx.step import (
@@ -58,25 +59,32 @@ class Installation:
 
     def __init__(self, settings: VisionCacheSettings, module: ModuleType) -> None:
         self.settings = settings
-        self.engines: list[EngineState] = []  # one per batch generator built since install
+        self.engines: dict[str, EngineState] = {}  # by cache namespace (one per model + processor)
         self._module = module
         generator_class = module.MLLMBatchGenerator
         self._originals = {name: inspect.getattr_static(generator_class, name) for name in _METHODS}
         self._original_guard = getattr(module, _GUARD)
 
     def attach(self, generator: Any) -> EngineState:
-        """Give a new batch generator its visioncache (and image-aware prefix cache)."""
-        check_model(generator.model)  # Qwen3-VL and others: refused with the reason
-        check_processor(generator.processor)
-        cache = self.settings.build_cache(generator.model, generator.processor)
-        state = EngineState(
-            cache, generator.model, generator.processor, self.settings.salt, self.settings.kv_reuse
-        )
-        generator.vision_cache = cache
+        """Give a new batch generator its visioncache (and image-aware prefix cache).
+
+        A generator built again for the same model and processor (vllm-mlx rebuilds it after a
+        reset) gets the same cache and counters.
+        """
+        model, processor = generator.model, generator.processor
+        check_model(model)  # Qwen3-VL and others: refused with the reason
+        check_processor(processor)
+        namespace = self.settings.namespace(model, processor)
+        state = self.engines.get(namespace)
+        if state is None:
+            cache = self.settings.build_cache(namespace)
+            state = EngineState(cache, model, processor, self.settings.salt, self.settings.kv_reuse)
+            self.engines[namespace] = state
+            register_engine_metrics(cache, state.stats)
+        generator.vision_cache = state.cache
         if generator.prefix_cache is not None and state.kv_reuse:
             generator.prefix_cache = ImageAwarePrefixCache(generator.prefix_cache, state.stats, state.salt)
         generator._visioncache_state = state
-        self.engines.append(state)
         return state
 
     def uninstall(self) -> None:
@@ -91,7 +99,7 @@ class Installation:
 
     def close(self) -> None:
         """Flush and close every engine's cache (their shared tiers' pending writes included)."""
-        for state in self.engines:
+        for state in self.engines.values():
             close = getattr(state.cache, "close", None)  # VisionEmbeddingCache.close (issue #10)
             if callable(close):
                 close()

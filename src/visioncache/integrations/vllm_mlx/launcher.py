@@ -20,7 +20,7 @@ from visioncache import ConfigurationError
 from visioncache.integrations.mlx_features import SUPPORTED_MODEL_TYPES
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module
 from visioncache.integrations.vllm_mlx.install import install
-from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings, add_arguments
+from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings, add_arguments, weights_identity
 
 __all__ = ["build_parser", "serve"]
 
@@ -74,6 +74,7 @@ def serve(argv: Sequence[str]) -> int:
     args = cli.create_parser().parse_args(["serve", *rest])
     _check_serve_args(args)
     settings = VisionCacheSettings.from_args(ours, model_path=args.model)
+    weights_identity(settings)  # read the weights now: a bad path fails here, not on a request
     installation = install(settings)
     try:
         cli.serve_command(args)

@@ -9,6 +9,7 @@ several servers never serves features computed under another model or preprocess
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -60,13 +61,17 @@ class VisionCacheSettings:
         values = {field.name: getattr(args, f"vision_cache_{field.name}") for field in fields(cls)[1:]}
         return cls(model_path=model_path, **values)
 
-    def build_cache(self, model: Any, processor: Any) -> VisionEmbeddingCache:
-        """The engine's cache: namespaced by weights + model configuration + processor."""
+    def namespace(self, model: Any, processor: Any) -> str:
+        """The cache namespace: weights (see `weights_identity`) + model configuration + processor."""
+        return cache_namespace(weights_identity(self), processor, model)
+
+    def build_cache(self, namespace: str) -> VisionEmbeddingCache:
+        """The engine's cache under ``namespace``, sized and tiered by these settings."""
         tiers: Any = "env" if self.tiers_from_env else self._tiers()
         return VisionEmbeddingCache(
             self.max_pixel_entries,
             0,  # the prompt-keyed encoding level is unused: features are cached per image
-            namespace=cache_namespace(weights_identity(self), processor, model),
+            namespace=namespace,
             salt=self.salt,
             max_pixel_bytes=self.max_pixel_bytes,
             max_embedding_entries=self.max_embedding_entries,
@@ -88,19 +93,31 @@ class VisionCacheSettings:
 
 
 def weights_identity(settings: VisionCacheSettings) -> str:
-    """``settings.model_id``, else a digest of the weight files under ``settings.model_path``."""
+    """``settings.model_id``, else a digest of the weight files under ``settings.model_path``
+    (read in full once per process and file state)."""
     if settings.model_id is not None:
         return settings.model_id
     assert settings.model_path is not None  # __post_init__ guarantees one of the two
-    directory = Path(settings.model_path)
+    directory = Path(settings.model_path).resolve()
     files = sorted(path for path in directory.glob("*") if path.suffix in _WEIGHT_SUFFIXES)
     if not directory.is_dir() or not files:
         raise ConfigurationError(
             f"cannot identify the weights of {settings.model_path!r}: no weight files in a local "
             "directory; name them with --vision-cache-model-id (e.g. org/name@revision)"
         )
+    return _weight_files_digest(tuple((str(path), *_stamp(path)) for path in files))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    status = path.stat()
+    return status.st_size, status.st_mtime_ns
+
+
+@functools.cache
+def _weight_files_digest(files: tuple[tuple[str, int, int], ...]) -> str:
     digests = []
-    for path in files:
+    for name, _, _ in files:
+        path = Path(name)
         hasher = blake3(max_threads=blake3.AUTO)
         hasher.update_mmap(path)
         digests.append(f"{path.name}:{hasher.hexdigest()}")
