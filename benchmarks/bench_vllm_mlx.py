@@ -122,7 +122,8 @@ def main() -> int:
     report(results, workload, args)
     vision = stats["vision_embedding_cache"]
     print(
-        f"visioncache: {vision['vision_tower_calls']} tower calls for {vision['images_encoded']} images; "
+        f"visioncache, warm-up included: {vision['vision_tower_calls']} tower calls for "
+        f"{vision['images_encoded']} images; "
         f"embedding hits {vision['embedding_cache_hits']}; KV tokens reused {vision['kv_tokens_reused']} "
         f"on {vision['kv_prefix_hits']} image requests"
     )
