@@ -208,7 +208,7 @@ class CountingTier:
         return self._call("contains_many", keys)  # type: ignore[no-any-return]
 
     def stats(self) -> dict[str, int | float]:
-        return self.tier.stats()
+        return self._call("stats")  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.tier.close()
@@ -284,6 +284,27 @@ def test_stalled_tier_under_concurrent_requests_costs_each_at_most_one_call(back
     assert 1 <= sum(failures) <= threads
     assert cache.snapshot().tiers is not None
     assert cache.snapshot().tiers.tier(tier.name).errors == sum(failures)  # type: ignore[union-attr]
+
+
+def test_regression_stats_of_a_locked_tier_wait_on_it_at_every_scrape(backend: Backend) -> None:
+    """Stats run at every metrics scrape and must be cheap: a disk tier whose database was locked
+    before this process opened it made every ``get_stats()`` wait a full timeout to open it, outside
+    the breaker. Now a tier whose stats fail counts as failing, and an open breaker skips its stats."""
+    clock = FakeClock()
+    tier = CountingTier(backend.make())  # never opened before the stall
+    chain = TierChain([tier], retry_interval=INTERVAL, clock=clock, max_pending_write_bytes=0)
+    cache = VisionEmbeddingCache(tiers=chain)
+    with backend.stall():
+        for _ in range(5):
+            cache.get_stats()  # scrapes
+        batch = new_images(2)
+        assert all_correct(cache.encode_images(batch, Encoder()), batch)
+        for _ in range(5):
+            cache.get_stats()
+    backend.recover()
+    failed = [call.method for call in tier.calls if call.failed]
+    assert len(failed) == 1, failed  # one call of either kind per interval waits on the stalled tier
+    assert chain.stats().tier(tier.name).breaker_open
 
 
 # ---- snapshots, not references -------------------------------------------------------------------

@@ -308,17 +308,25 @@ class TierChain:
         return self._writer.flush(timeout) if self._writer is not None else True
 
     def stats(self) -> ChainStats:
-        """Per tier: the chain's counters, its breaker and the tier's own sizes (no network call)."""
+        """Per tier: the chain's counters, its breaker and the tier's own sizes (no network call).
+
+        Stats run at every metrics scrape, so they keep the tiers' bound too: a tier whose
+        breaker is open is not asked for its sizes (they are left out), and a tier whose stats
+        raise (e.g. a disk database locked before it was first opened) counts as failing.
+        """
         rows = []
         for tier in self.tiers:
-            try:
-                own = tier.stats()
-            except Exception as error:
-                logger.warning("tier %s: stats failed: %r", tier.name, error)
-                own = {}
+            breaker = self._breakers[tier.name]
+            own: dict[str, Any] = {}
+            if not breaker.is_open:
+                try:
+                    own = tier.stats()
+                except Exception as error:
+                    logger.warning("tier %s: stats failed: %r", tier.name, error)
+                    breaker.record_failure()
             with self._lock:
                 counts = TierCounts(**vars(self._counts[tier.name]))
-            rows.append(tier_stats(tier.name, counts, self._breakers[tier.name], own))
+            rows.append(tier_stats(tier.name, counts, breaker, own))
         writer = self._writer
         return ChainStats(
             tiers=tuple(rows),
