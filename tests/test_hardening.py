@@ -175,6 +175,11 @@ def test_regression_store_then_retire_gap_loses_the_pinned_value() -> None:
     assert store.stats().pinned == 0
 
 
+def owns_its_memory(value: np.ndarray) -> bool:
+    """Whether the array keeps alive no more memory than its own bytes."""
+    return value.base is None or getattr(value.base, "nbytes", None) == value.nbytes
+
+
 # ---- #11.7: byte budgets do not bound memory for views ------------------------------------------
 def test_regression_views_of_a_batch_keep_the_whole_batch_alive() -> None:
     """#11.7: per-image slices of one batch array were stored as they were, so an 8 MiB budget
@@ -199,13 +204,45 @@ def test_regression_views_of_a_batch_keep_the_whole_batch_alive() -> None:
             for value, image in zip(values, images, strict=True)
         )
         stored = [value for value in cache.get_image_embeddings(images) if value is not None]
-        assert stored and all(value.base is None or value.base.nbytes == value.nbytes for value in stored)
+        assert stored and all(owns_its_memory(value) for value in stored)
         del values, stored
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     assert cache.snapshot().levels["embedding"].bytes <= budget
+    assert held <= budget + 2**20, f"{held / 2**20:.1f} MiB alive for an {budget / 2**20:.0f} MiB budget"
+
+
+def test_regression_arrays_over_a_received_payload_keep_the_whole_payload_alive() -> None:
+    """#11.7, for arrays over a bytes object: an encoder that receives one payload for the batch
+    (a remote encoder's response) and returns ``np.frombuffer(payload, offset=..., count=...)``
+    per image. Their base is the bytes object, which has no ``nbytes``, so they were taken for
+    owners of their memory: an 8 MiB budget kept a 32 MiB payload alive."""
+    budget, per_image = 8 * 2**20, 2**20
+    images = [encode_image(random_image(seed, size=(8, 8))) for seed in range(200, 232)]
+    cache = VisionEmbeddingCache(max_embedding_entries=None, max_embedding_bytes=budget)
+
+    def encode(batch: list[bytes]) -> list[np.ndarray]:
+        payload = b"".join(np.full(per_image // 4, identity(image), np.float32).tobytes() for image in batch)
+        count = per_image // 4
+        return [np.frombuffer(payload, np.float32, count, index * per_image) for index in range(len(batch))]
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        values = cache.encode_images(images, encode)
+        assert all(
+            bool((value == identity(image)).all()) for value, image in zip(values, images, strict=True)
+        )
+        stored = [value for value in cache.get_image_embeddings(images) if value is not None]
+        assert stored and all(owns_its_memory(value) for value in stored)
+        del values, stored
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
     assert held <= budget + 2**20, f"{held / 2**20:.1f} MiB alive for an {budget / 2**20:.0f} MiB budget"
 
 

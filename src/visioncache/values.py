@@ -240,8 +240,21 @@ def _owns_its_memory(item: Any) -> bool:
         return bool(item.untyped_storage().nbytes() <= item.nbytes)
     base = getattr(item, "base", None)
     if type(item).__module__ == "numpy" and base is not None:
-        return bool(getattr(base, "nbytes", 0) <= item.nbytes)
+        return bool(_buffer_nbytes(base) <= item.nbytes)
     return True
+
+
+def _buffer_nbytes(buffer: Any) -> int:
+    """Bytes an array's base holds: its ``nbytes``, or the size of a plain buffer (bytes,
+    bytearray, mmap), which has none: ``np.frombuffer`` over a whole payload keeps it all alive."""
+    nbytes = getattr(buffer, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    try:
+        with memoryview(buffer) as view:
+            return view.nbytes
+    except TypeError:
+        return 0
 
 
 def compact(value: Any) -> Any:
