@@ -234,3 +234,30 @@ def test_tenants_with_different_salts_share_no_kv_even_through_one_prefix_store(
     assert first_reused == 0 and other_reused == 0  # tenant b reused nothing of a's identical prompt
     assert again_reused > 0  # ... while tenant a, back, reuses its own
     assert first_tokens == other_tokens == again_tokens
+
+
+@pytest.mark.slow
+def test_every_image_form_vllm_mlx_accepts_is_served_like_stock(
+    qwen25: tuple[Path, Any, Any], tower_calls: list[int], stock_code: dict[str, Any]
+) -> None:
+    """Regression: an image vllm-mlx had already written to a file (raw base64, or base64 it
+    decodes leniently) was handed to its URL loader again on a miss, and the request failed."""
+    path, model, processor = qwen25
+    urls = [image_url(seed) for seed in range(520, 524)]  # one image per form: each one a miss
+    payloads = [url.split(",", 1)[1] for url in urls]
+    wrapped = "\n".join(payloads[2][i : i + 76] for i in range(0, len(payloads[2]), 76))
+    forms = {
+        "data URL": urls[0],
+        "raw base64": payloads[1],
+        "base64 with line breaks": "data:image/png;base64," + wrapped,
+        "OpenAI dict": {"url": urls[3]},
+    }
+    prompt = chat_prompts(processor, urls[0], urls[0])[0][0]
+    stock = new_generator(model, processor)
+    expected = {name: generate(stock, prompt, [image])[0] for name, image in forms.items()}
+    install(model_path=str(path))
+    ours = new_generator(model, processor)
+    for name, image in forms.items():
+        assert generate(ours, prompt, [image])[0] == expected[name], name
+    stats = ours.get_vision_cache_stats()
+    assert stats["image_request_errors"] == 0 and stats["images_encoded"] == len(forms)

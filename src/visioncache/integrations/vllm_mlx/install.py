@@ -100,9 +100,7 @@ class Installation:
     def close(self) -> None:
         """Flush and close every engine's cache (their shared tiers' pending writes included)."""
         for state in self.engines.values():
-            close = getattr(state.cache, "close", None)  # VisionEmbeddingCache.close (issue #10)
-            if callable(close):
-                close()
+            state.cache.close()
 
     def _apply(self) -> None:
         replacements = _replacements(self)
@@ -126,7 +124,9 @@ def _replacements(installation: Installation) -> dict[str, Any]:
         installation.attach(self)
 
     def _process_prompts(self: Any, requests: list[Any]) -> Any:
-        state: EngineState = self._visioncache_state
+        state: EngineState | None = getattr(self, "_visioncache_state", None)
+        if state is None:  # a generator built before install: vllm-mlx's own path
+            return process(self, requests)
         step = list(requests)  # vllm-mlx removes failed requests from `requests`
         chunked = hasattr(self, "_chunked_prefill_budget")  # its prefill path keys by token ids only
         prepare_step(state, step, kv_reuse=state.kv_reuse and self.prefix_cache is not None and not chunked)

@@ -83,6 +83,10 @@ def _image_input(image: Any) -> Any:
     return mllm.process_image_input(image)
 
 
+def _is_url(image: Any) -> bool:
+    return isinstance(image, str) and image.startswith(("data:", "http://", "https://"))
+
+
 def _resolve_images(cache: VisionEmbeddingCache, images: Sequence[Any]) -> tuple[list[Any], list[bytes]]:
     """Each image's input form and content digest; raises the engine's (or visioncache's) error."""
     from vllm_mlx.models import mllm
@@ -103,8 +107,9 @@ def _encoder(state: EngineState) -> Any:
     encode = image_feature_encoder(state.model, state.processor, state.cache)
 
     def encode_missing(images: list[Any]) -> list[dict[str, Any]]:
-        # URLs are fetched and data URLs decoded only now, for images visioncache does not hold.
-        paths = [mllm.process_image_input(image) if isinstance(image, str) else image for image in images]
+        # URLs are fetched and data URLs decoded only now, for images visioncache does not hold
+        # (anything else was already turned into a local file by `_image_input`).
+        paths = [mllm.process_image_input(image) if _is_url(image) else image for image in images]
         values = encode(paths)
         state.stats.vision_tower_calls += 1
         state.stats.images_encoded += len(images)
