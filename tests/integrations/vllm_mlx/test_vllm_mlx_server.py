@@ -69,10 +69,13 @@ def test_multi_turn_image_chats_encode_each_image_once_reuse_kv_and_match_stock(
 ) -> None:
     shared, own = image_url(100), [image_url(101 + user) for user in range(3)]
     results = {}
+    preprocessed = engine_stats(visioncache_server)["pixel_only_cache_computed"]
     for server in (stock_server, visioncache_server):
         recording = Recording(server)
         replies, reused = run_chats(server, shared, own)
         results[server.engine] = (replies, reused, recording.towers(), recording.tokens())
+    # Each distinct image was decoded and preprocessed once too (a hit decodes nothing).
+    assert engine_stats(visioncache_server)["pixel_only_cache_computed"] - preprocessed == 4
     stock_replies, _, stock_towers, stock_tokens = results["stock"]
     replies, reused, towers, tokens = results["visioncache"]
 
@@ -204,3 +207,34 @@ def test_restart_with_a_disk_tier_runs_the_tower_zero_times_for_seen_images(
     assert sum(entry["images"] for entry in first_towers) == 2
     assert towers == [] and stats["vision_tower_calls"] == 0 and stats["images_encoded"] == 0
     assert replies == first_replies
+
+
+def test_another_image_or_position_reuses_only_the_text_before_it(
+    stock_server: ServerProcess, visioncache_server: ServerProcess
+) -> None:
+    """Same text, another image of the same size (so the same token ids), or the same image one
+    turn later: KV is reused up to the image at most, and the answers are stock's."""
+    first, other = image_url(600, (112, 112)), image_url(601, (112, 112))
+    system = {"role": "system", "content": SYSTEM}
+    requests = [
+        [system, user_message("describe the image", first)],
+        [system, user_message("describe the image", other)],  # identical token ids, other pixels
+        [system, user_message("a"), {"role": "assistant", "content": "a"}, user_message("describe", first)],
+    ]
+    results = {}
+    for server in (stock_server, visioncache_server):
+        client, replies, reused = client_for(server.base_url), [], []
+        for messages in requests:
+            before = engine_stats(server).get("kv_tokens_reused", 0)
+            replies.append(complete(client, messages))
+            reused.append(engine_stats(server).get("kv_tokens_reused", 0) - before)
+        results[server.engine] = (replies, reused)
+    replies, reused = results["visioncache"]
+    assert replies == results["stock"][0]
+    image_tokens = 16  # 112 x 112 pixels: 8 x 8 patches, merged 2 x 2
+    # After the image: <|vision_end|> describe the image <|im_end|> <|im_start|> assistant.
+    image_start = replies[0].prompt_tokens - image_tokens - 7
+    assert replies[1].prompt_tokens == replies[0].prompt_tokens  # the same token ids, other pixels
+    assert reused[1] <= image_start
+    # After the image: <|vision_end|> describe <|im_end|> <|im_start|> assistant.
+    assert reused[2] <= replies[2].prompt_tokens - image_tokens - 5

@@ -30,7 +30,8 @@ STATE_ATTRIBUTE = "_visioncache"
 
 @dataclass
 class EngineState:
-    """What the integration keeps per batch generator."""
+    """What the integration keeps per model + processor, shared by the batch generators vllm-mlx
+    builds for them (it builds a new one after a reset)."""
 
     cache: VisionEmbeddingCache
     model: Any
