@@ -113,6 +113,33 @@ def test_weights_identity_follows_the_weight_files(tmp_path: Path) -> None:
         VisionCacheSettings()
 
 
+def test_flags_size_and_tier_the_engine_cache(tmp_path: Path) -> None:
+    from visioncache.integrations.vllm_mlx.launcher import build_parser
+
+    flags = ["--vision-cache-model-id", "org/m@1", "--vision-cache-max-embedding-entries", "1"]
+    small = VisionCacheSettings.from_args(build_parser().parse_args(flags), model_path=None)
+    tiered = VisionCacheSettings.from_args(
+        build_parser().parse_args([*flags, "--vision-cache-disk-dir", str(tmp_path / "tier")]),
+        model_path=None,
+    )
+    calls: list[int] = []
+
+    def encode(images: list[Any]) -> list[np.ndarray]:
+        calls.append(len(images))
+        return [np.full(4, len(calls), np.float32) for _ in images]
+
+    first, second = image_url(1), image_url(2)
+    with small.build_cache("ns") as cache:
+        for image in (first, second, first):
+            cache.encode_images([image], encode)
+    assert calls == [1, 1, 1]  # one entry: the second image evicted the first
+    calls.clear()
+    for _ in ("before a restart", "after"):
+        with tiered.build_cache("ns") as cache:
+            cache.encode_images([first], encode)
+    assert calls == [1]  # the disk tier served the restarted cache
+
+
 # ---- the batch generator, in process -------------------------------------------------------------
 
 
