@@ -78,6 +78,8 @@ def serve(argv: Sequence[str]) -> int:
     installation = install(settings)
     try:
         cli.serve_command(args)
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it has already handled by shutting the server down
     finally:
         installation.close()
         installation.uninstall()
