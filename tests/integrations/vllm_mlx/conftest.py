@@ -1,7 +1,7 @@
 """vllm-mlx servers for the tests: a tiny random-weight Qwen2-VL saved to a temporary model
 directory, served by vllm-mlx's real OpenAI server twice (stock, and with visioncache), each in its
-own process on loopback. Both are started once per session and shared by the tests, which
-compare their records by request."""
+own process on loopback. Both are started once per test module and shared by its tests, which
+compare their records by request; they stop when the module is done."""
 
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ def _serve(engine: str, model_dir: Path, root: Path, *flags: str) -> Iterator[Se
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def stock_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     yield from _serve("stock", model_dir, tmp_path_factory.mktemp("stock"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def visioncache_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     yield from _serve("visioncache", model_dir, tmp_path_factory.mktemp("visioncache"), "--enable-metrics")
