@@ -19,12 +19,16 @@ Every cache level holds one `Store` (DESIGN.md principle 2). Guarantees:
 - hits take no lock: dict reads and the policy's touch are single atomic operations under the GIL,
   and counters are per-thread tallies (`ThreadCounters`), exact under concurrency. Writes,
   evictions, pins and claims of missing keys are serialised by one lock. ``max_entries=0``
-  disables the store: nothing is stored or counted as rejected.
+  disables the store: nothing is stored or counted as rejected;
+- fork-safe: a fork waits until no thread is inside a store's lock, and a child starts with no
+  claims in flight (their owners, the parent's threads, do not exist there): it computes them.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -115,6 +119,7 @@ class Store:
         self._nbytes = 0
         self._pinned_nbytes = 0
         self._counters = ThreadCounters(_COUNTERS)
+        _LIVE_STORES.add(self)
 
     @property
     def enabled(self) -> bool:
@@ -341,3 +346,36 @@ class Store:
 
     def __repr__(self) -> str:
         return f"<Store {len(self)}/{self.max_entries} entries, {self._nbytes}/{self.max_bytes} bytes>"
+
+
+_LIVE_STORES: weakref.WeakSet[Store] = weakref.WeakSet()
+_LOCKED_FOR_FORK: list[Store] = []
+
+
+def _lock_before_fork() -> None:
+    # A lock held by another thread at the fork would stay held forever in the child (that thread
+    # does not exist there), along with the half-made change it guarded.
+    _LOCKED_FOR_FORK[:] = list(_LIVE_STORES)
+    for store in _LOCKED_FOR_FORK:
+        store._lock.acquire()
+
+
+def _unlock_after_fork_in_parent() -> None:
+    for store in _LOCKED_FOR_FORK:
+        store._lock.release()
+    _LOCKED_FOR_FORK.clear()
+
+
+def _reset_after_fork_in_child() -> None:
+    for store in _LOCKED_FOR_FORK:
+        store._flights = {}  # owned by the parent's threads: never fulfilled here
+        store._lock.release()
+    _LOCKED_FOR_FORK.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_lock_before_fork,
+        after_in_parent=_unlock_after_fork_in_parent,
+        after_in_child=_reset_after_fork_in_child,
+    )
