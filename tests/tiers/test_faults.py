@@ -1,8 +1,9 @@
 """The shared tiers' promises under faults (#10, "Done when"), one contract run against a real disk
 directory, a real Redis server and a real 3-node Redis Cluster:
 
-- a locked (disk: another connection holds SQLite's write lock) or stalled (Redis: SIGSTOP) tier
-  costs a request at most one call per retry interval, then none while its breaker is open;
+- a locked (disk: another connection holds SQLite's write lock) or stalled (SIGSTOP: the Redis
+  server; one node of the cluster's three) tier costs a request at most one call per retry
+  interval, then none while its breaker is open; its stats (every metrics scrape) likewise;
 - mutating a returned value after the call never reaches another process;
 - queued write bytes never exceed ``max_pending_write_bytes``;
 - a writer process killed with SIGKILL leaves no entry that reads back wrong (partial writes miss).
