@@ -18,10 +18,14 @@ from typing import Any
 
 import pytest
 
+from tests.tiers.conftest import free_port
+
 if importlib.util.find_spec("vllm") is None:
     collect_ignore_glob = ["test_*.py"]
 
 ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["ROOT", "EngineRunner", "copy_tier", "ec_config", "engine_env", "free_port"]
+
 CONNECTOR = {
     "ec_connector": "VisionCacheECConnector",
     "ec_connector_module_path": "visioncache.integrations.vllm",

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.vllm.workload import BUDGET, MAIN, OTHER, WARM_UP_SEED, Workload, image_data_url
+from tests.vllm.workload import BENCH, BUDGET, MAIN, OTHER, WARM_UP_SEED, Workload, image_data_url
 
-WORKLOADS = {"main": MAIN, "other": OTHER, "budget": BUDGET}
+WORKLOADS = {"main": MAIN, "other": OTHER, "budget": BUDGET, "bench": BENCH}
 TOP_LOGPROBS = 5
 MAX_TOKENS = 6
 
@@ -40,6 +40,7 @@ def engine_arguments(
         "seed": 0,
         "enforce_eager": True,
         "gpu_memory_utilization": 0.1,
+        "disable_log_stats": False,  # per-request time to first token; connector stats hooks
     }
     if budget is not None:
         arguments["max_num_batched_tokens"] = budget

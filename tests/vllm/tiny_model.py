@@ -113,16 +113,29 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     return wrapped
 
 
-def save_tiny_qwen2_vl(directory: Path, *, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
+# Vision towers: "tiny" for tests; "medium" (12 blocks of 512) makes encoding cost what a real
+# tower's does relative to the rest, for the benchmark.
+VISION_TOWERS = {
+    "tiny": {"depth": 2, "embed_dim": 128, "num_heads": 4},
+    "medium": {"depth": 12, "embed_dim": 512, "num_heads": 8},
+}
+
+
+def save_tiny_qwen2_vl(
+    directory: Path,
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    seed: int = 0,
+    vision: str = "tiny",
+    max_pixels: int = 224 * 224,
+) -> Path:
     """Build and save the checkpoint (config, safetensors weights, tokenizer, processors)."""
     torch.manual_seed(seed)
     tokenizer = build_tokenizer()
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
     config = Qwen2VLConfig(
         vision_config={
-            "depth": 2,
-            "embed_dim": 128,
-            "num_heads": 4,
+            **VISION_TOWERS[vision],
             "hidden_size": 128,
             "mlp_ratio": 2,
             "patch_size": 14,
@@ -152,8 +165,8 @@ def save_tiny_qwen2_vl(directory: Path, *, dtype: torch.dtype = torch.bfloat16, 
     model = Qwen2VLForConditionalGeneration(config).to(dtype).eval()
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
-    # Small images keep the vision tower cheap: at most 64 merged tokens per image.
-    image_processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=224 * 224)
+    # Small images keep the vision tower cheap: by default at most 64 merged tokens per image.
+    image_processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=max_pixels)
     processor = Qwen2VLProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,

@@ -89,4 +89,6 @@ OTHER = Workload(first_seed=100)
 # More and larger images (64 embeddings each) than vLLM's encoder cache holds when its budget is
 # small: with an EC connector configured, vLLM sizes that cache for the largest video (448
 # embeddings here, about 7 of these images), so the comparison runs set the same option.
+# The benchmark's images: 448x448, 256 embeddings each (its model allows that many pixels).
+BENCH = Workload(first_seed=300, image_size=(448, 448))
 BUDGET = Workload(distinct=12, first_seed=200, image_size=(224, 224), spread=True)

@@ -75,6 +75,7 @@ logger = logging.getLogger(__name__)
 # Verified entries the scheduler holds between `has_cache_item` and the step's metadata.
 _STAGED_MAX_BYTES = 512 * 2**20
 _TIER_COUNTERS = ("errors", "corrupt", "unverified", "skipped")
+_TIER_READ_SECONDS = 1.0
 
 
 @dataclass
@@ -135,6 +136,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         self._unavailable: set[str] = set()
         self._interval: dict[str, float] = {}
         self._tier_totals: dict[str, int] = {}
+        self._tier_read_at = -_TIER_READ_SECONDS
         self._totals: dict[str, float] = {}
         # Worker side: this step's outputs to save, and when its encoder phase began.
         self._saves: list[tuple[str, torch.Tensor]] = []
@@ -224,11 +226,22 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         rows = self.store.stats().tiers
         return {f"tier_{name}": sum(int(getattr(row, name)) for row in rows) for name in _TIER_COUNTERS}
 
+    def _tier_deltas(self) -> dict[str, int]:
+        """The tiers' error counts since the last call (read at most once a second: a disk tier
+        answers its stats with SQLite queries)."""
+        now = time.monotonic()
+        if now - self._tier_read_at < _TIER_READ_SECONDS:
+            return {}
+        self._tier_read_at = now
+        deltas = {}
+        for name, total in self._tier_sums().items():
+            deltas[name] = total - self._tier_totals.get(name, 0)
+            self._tier_totals[name] = total
+        return deltas
+
     def get_ec_connector_stats(self) -> VisionCacheECStats | None:
         """This interval's counters, with the tiers' error counts since the last call."""
-        for name, total in self._tier_sums().items():
-            delta = total - self._tier_totals.get(name, 0)
-            self._tier_totals[name] = total
+        for name, delta in self._tier_deltas().items():
             if delta:
                 self._interval[name] = self._interval.get(name, 0) + delta
         if not any(self._interval.values()):
@@ -238,7 +251,10 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
 
     def totals(self) -> dict[str, float]:
         """Every counter since start-up (this half of the connector), tiers' counts included."""
-        return {**self._totals, **self._tier_sums()}
+        totals = dict(self._totals)  # tier counts reported by the workers, plus this half's own
+        for name, value in self._tier_sums().items():
+            totals[name] = totals.get(name, 0) + value
+        return totals
 
     @classmethod
     def build_ec_connector_stats(cls, data: dict[str, Any] | None = None) -> VisionCacheECStats:
@@ -287,6 +303,8 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
                 counts.saved_bytes += tensor.nbytes
             else:
                 counts.saves_dropped += 1
+        for name, delta in self._tier_deltas().items():  # earlier steps' background writes
+            setattr(counts, name, delta)
         return counts
 
     def _worker_device(self) -> torch.device:

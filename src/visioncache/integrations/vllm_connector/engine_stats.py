@@ -46,6 +46,10 @@ class WorkerCounts(ECConnectorWorkerMetadata):  # type: ignore[misc]  # vLLM is 
     saves_dropped: int = 0
     encoded_items: int = 0
     encode_seconds: float = 0.0
+    tier_errors: int = 0  # the worker's own tier counts since its last report (its writes)
+    tier_corrupt: int = 0
+    tier_unverified: int = 0
+    tier_skipped: int = 0
 
     def aggregate(self, other: ECConnectorWorkerMetadata) -> ECConnectorWorkerMetadata:
         if not isinstance(other, WorkerCounts):

@@ -1,0 +1,116 @@
+"""Two vLLM OpenAI servers sharing one redis-server: replicas reuse each other's encoder outputs,
+and a Redis that dies mid-workload costs no request and changes no output."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tiers.conftest import REDIS_SERVER, RedisProcess
+from tests.vllm.conftest import ec_config, free_port
+from tests.vllm.servers import VllmServer, chat
+from tests.vllm.workload import MAIN, OTHER
+
+RETRY_INTERVAL = 2.0
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisProcess]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not on PATH (`make redis-server` installs it)")
+    server = RedisProcess(free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    tiny_model: Path, redis_server: RedisProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[VllmServer, VllmServer]]:
+    """Replicas A and B: the same model and connector configuration, Redis as the only tier."""
+    workdir = tmp_path_factory.mktemp("replicas")
+    config = ec_config(redis_url=redis_server.url, retry_interval=RETRY_INTERVAL)
+    servers = [VllmServer(tiny_model, workdir, config, name=name).start() for name in ("a", "b")]
+    try:
+        for server in servers:
+            server.wait_ready()
+        yield servers[0], servers[1]
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _stored_entries(redis_server: RedisProcess) -> int:
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        return sum(1 for _ in client.scan_iter(match="visioncache:*/vllm-ec/*"))
+    finally:
+        client.close()
+
+
+def _wait_for_entries(redis_server: RedisProcess, count: int, timeout: float = 30.0) -> None:
+    """The writer is in the background: wait until the first replica's entries have landed."""
+    deadline = time.monotonic() + timeout
+    while _stored_entries(redis_server) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} entries reached Redis"
+        time.sleep(0.1)
+
+
+def test_a_replica_does_not_encode_what_another_encoded(
+    replicas: tuple[VllmServer, VllmServer], redis_server: RedisProcess, stock: dict[str, Any]
+) -> None:
+    first, second = replicas
+    reference = stock["workloads"]["main"]["outputs"]
+    before = first.encoded()
+    ran_first = chat(first, MAIN, MAIN.requests(), {})
+    assert ran_first["failed"] == 0
+    assert first.encoded() - before == MAIN.distinct
+    assert ran_first["outputs"] == reference  # the OpenAI server answers as the in-process engine
+    _wait_for_entries(redis_server, MAIN.distinct)
+
+    before = second.encoded()
+    ran_second = chat(second, MAIN, MAIN.requests(), {})
+    assert ran_second["failed"] == 0
+    assert second.encoded() - before == 0
+    assert ran_second["outputs"] == reference
+
+
+def test_redis_killed_mid_workload_fails_no_request_and_changes_no_output(
+    replicas: tuple[VllmServer, VllmServer], redis_server: RedisProcess, stock: dict[str, Any]
+) -> None:
+    first, second = replicas
+    reference = stock["workloads"]["other"]["outputs"]
+    requests = OTHER.requests()
+    half = len(requests) // 2
+    replies: dict[tuple[int, int], str] = {}
+    ran_first_half = chat(first, OTHER, requests[:half], replies)
+    redis_server.stop()  # killed, as a crash would
+    killed_at = time.monotonic()
+    ran_second_half = chat(first, OTHER, requests[half:], replies)
+    before = second.encoded()
+    ran_second = chat(second, OTHER, requests, {})
+
+    for ran in (ran_first_half, ran_second_half, ran_second):
+        assert ran["failed"] == 0
+    assert ran_first_half["outputs"] + ran_second_half["outputs"] == reference
+    assert ran_second["outputs"] == reference
+    # Nothing reachable any more: the second replica encodes every image itself.
+    assert second.encoded() - before == OTHER.distinct
+    # The breaker: at most one failed Redis call per retry interval (plus the first) per replica.
+    # The first replica had everything it needed in vLLM's own cache after the kill; the second
+    # asked Redis for every image. Connector stats reach /metrics with each engine step.
+    deadline = time.monotonic() + 10
+    while second.metric("vllm:visioncache_ec_tier_errors_total") < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert second.metric("vllm:visioncache_ec_tier_errors_total") >= 1
+    # Each replica has two chains (scheduler reads, worker writes), each behind its own breaker.
+    elapsed = time.monotonic() - killed_at
+    for server in replicas:
+        assert server.metric("vllm:visioncache_ec_tier_errors_total") <= 2 * (1 + elapsed / RETRY_INTERVAL)
