@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import print_table
-
 from visioncache.store import Store
+
+from _timing import print_table
 
 PIXELS_BYTES, PIXELS_SECONDS = 18_800_000, 0.022
 EMBEDDING_BYTES, EMBEDDING_SECONDS = 3_000_000, 4.5
