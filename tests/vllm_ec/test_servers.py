@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tests.tiers.conftest import REDIS_SERVER, RedisProcess
-from tests.vllm.conftest import ec_config, free_port
-from tests.vllm.servers import VllmServer, chat
-from tests.vllm.workload import MAIN, OTHER
+from tests.vllm_ec.conftest import ec_config, free_port
+from tests.vllm_ec.servers import VllmServer, chat
+from tests.vllm_ec.workload import MAIN, OTHER
 
 RETRY_INTERVAL = 2.0
 

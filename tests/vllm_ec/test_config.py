@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.vllm.conftest import EngineRunner, ec_config
+from tests.vllm_ec.conftest import EngineRunner, ec_config
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.vllm_connector.config import ConnectorConfig
 from visioncache.integrations.vllm_connector.item_store import is_engine_hash

@@ -1,6 +1,6 @@
 """Run workloads through one in-process vLLM engine and write what happened as JSON.
 
-``python -m tests.vllm.engine_run --model DIR --out result.json [--ec-config JSON] [--budget N]
+``python -m tests.vllm_ec.engine_run --model DIR --out result.json [--ec-config JSON] [--budget N]
 [--workload main|other ...]``. Started as a subprocess by the tests and the benchmark: one engine
 per process (vLLM keeps per-process globals), in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``:
 3-4 s to start instead of 20-40 s). Reports, per workload: greedy token ids and top-5 logprobs per
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.vllm.workload import BENCH, BUDGET, MAIN, OTHER, WARM_UP_SEED, Workload, image_data_url
+from tests.vllm_ec.workload import BENCH, BUDGET, MAIN, OTHER, WARM_UP_SEED, Workload, image_data_url
 
 WORKLOADS = {"main": MAIN, "other": OTHER, "budget": BUDGET, "bench": BENCH}
 TOP_LOGPROBS = 5
@@ -53,8 +53,9 @@ def engine_arguments(
 
 
 def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
-    from tests.vllm.encoder_counter import encoded_items
     from vllm import SamplingParams
+
+    from tests.vllm_ec.encoder_counter import encoded_items
 
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=TOP_LOGPROBS)
     before = encoded_items(log)
@@ -119,7 +120,7 @@ def main() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     log = os.environ["VISIONCACHE_TEST_ENCODER_LOG"]
 
-    from tests.vllm.encoder_counter import install
+    from tests.vllm_ec.encoder_counter import install
 
     install()
     from vllm import LLM

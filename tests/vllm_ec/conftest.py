@@ -20,7 +20,13 @@ import pytest
 
 from tests.tiers.conftest import free_port
 
-if importlib.util.find_spec("vllm") is None:
+
+def _vllm_installed() -> bool:
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None  # a namespace package is not vLLM
+
+
+if not _vllm_installed():
     collect_ignore_glob = ["test_*.py"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +46,7 @@ def ec_config(role: str = "ec_both", **extra: object) -> dict[str, Any]:
 
 def engine_env(encoder_log: Path, **extra: str) -> dict[str, str]:
     """Environment of a vLLM process: offline, visioncache importable, encoder calls counted."""
-    site = str(ROOT / "tests" / "vllm" / "site")
+    site = str(ROOT / "tests" / "vllm_ec" / "site")
     return {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -52,7 +58,7 @@ def engine_env(encoder_log: Path, **extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.vllm.tiny_model import save_tiny_qwen2_vl
+    from tests.vllm_ec.tiny_model import save_tiny_qwen2_vl
 
     return save_tiny_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
 
@@ -63,7 +69,7 @@ EngineRunner = Callable[..., dict[str, Any]]
 @pytest.fixture(scope="session")
 def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> EngineRunner:
     """``run_engine(*workloads, ec=None, budget=None, mm_embeds=False, env={})``: one in-process
-    engine in a subprocess (`tests.vllm.engine_run`); returns its JSON report."""
+    engine in a subprocess (`tests.vllm_ec.engine_run`); returns its JSON report."""
     runs = tmp_path_factory.mktemp("engine-runs")
 
     def run(
@@ -79,7 +85,7 @@ def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> En
         command = [
             sys.executable,
             "-m",
-            "tests.vllm.engine_run",
+            "tests.vllm_ec.engine_run",
             "--model",
             str(tiny_model),
             "--out",
