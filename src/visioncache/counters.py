@@ -28,6 +28,17 @@ class ThreadCounters:
         self._tallies: list[tuple[weakref.ref[threading.Thread], _Tally]] = []
         self._base: _Tally = dict.fromkeys(self.names, 0)  # finished threads, minus resets
 
+    # fork safety: the owner (`Store`) calls these from its own hooks, after taking its own lock,
+    # because a thread holding the store's lock may be waiting for this one (never the reverse)
+    def before_fork(self) -> None:
+        self._lock.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self._lock.release()
+
+    def after_fork_in_child(self) -> None:
+        self._lock.release()
+
     def local(self) -> _Tally:
         """This thread's tally (created on first use); only this thread may write to it."""
         tally: _Tally | None = getattr(self._local, "tally", None)

@@ -26,70 +26,20 @@ Every cache level holds one `Store` (DESIGN.md principle 2). Guarantees:
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
+from visioncache import forking
 from visioncache.counters import ThreadCounters
 from visioncache.errors import EncoderOutputError, InvalidArgumentError, PinMismatchError, describe_input
 from visioncache.eviction import EvictionPolicy, make_policy
+from visioncache.store_types import Claim, Entry, PutResult, StoreStats
 from visioncache.values import compact, tree_nbytes
 
 __all__ = ["Claim", "Entry", "PutResult", "Store", "StoreStats"]
-
-
-class PutResult(Enum):
-    INSERTED = "inserted"
-    REPLACED = "replaced"
-    REJECTED = "rejected"
-    DISABLED = "disabled"
-
-
-@dataclass(slots=True)
-class Entry:
-    """A stored value, its size, and the seconds it cost to compute (added to time saved per hit)."""
-
-    value: Any
-    nbytes: int
-    cost: float
-    priority: float = 0.0  # the eviction policy's, if it keeps one
-
-
-@dataclass(slots=True)
-class Claim:
-    """The outcome of `Store.claim`: a hit (``value``), a wait (``future``), or ownership."""
-
-    value: Any = None
-    cost: float = 0.0
-    future: Future[Any] | None = None
-    owner: bool = False
-
-    @property
-    def hit(self) -> bool:
-        return self.future is None
-
-
-@dataclass(frozen=True, slots=True)
-class StoreStats:
-    """A consistent snapshot of one store: what lookups found, what the budget did, what it holds."""
-
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    rejections: int = 0
-    singleflight_waits: int = 0
-    validation_failures: int = 0
-    computed: int = 0
-    time_saved: float = 0.0  # seconds of recorded work that hits avoided
-    entries: int = 0
-    bytes: int = 0
-    pinned: int = 0
 
 
 _COUNTERS = tuple(name for name in StoreStats.__slots__ if name not in ("entries", "bytes", "pinned"))
@@ -119,7 +69,7 @@ class Store:
         self._nbytes = 0
         self._pinned_nbytes = 0
         self._counters = ThreadCounters(_COUNTERS)
-        _LIVE_STORES.add(self)
+        forking.track(self)
 
     @property
     def enabled(self) -> bool:
@@ -347,35 +297,16 @@ class Store:
     def __repr__(self) -> str:
         return f"<Store {len(self)}/{self.max_entries} entries, {self._nbytes}/{self.max_bytes} bytes>"
 
+    # ---- fork safety (`visioncache.forking`) -----------------------------------------------------
+    def before_fork(self) -> None:
+        self._lock.acquire()  # no thread is inside the store when the process is copied
+        self._counters.before_fork()  # second: a thread holding the store's lock may take it
 
-_LIVE_STORES: weakref.WeakSet[Store] = weakref.WeakSet()
-_LOCKED_FOR_FORK: list[Store] = []
+    def after_fork_in_parent(self) -> None:
+        self._counters.after_fork_in_parent()
+        self._lock.release()
 
-
-def _lock_before_fork() -> None:
-    # A lock held by another thread at the fork would stay held forever in the child (that thread
-    # does not exist there), along with the half-made change it guarded.
-    _LOCKED_FOR_FORK[:] = list(_LIVE_STORES)
-    for store in _LOCKED_FOR_FORK:
-        store._lock.acquire()
-
-
-def _unlock_after_fork_in_parent() -> None:
-    for store in _LOCKED_FOR_FORK:
-        store._lock.release()
-    _LOCKED_FOR_FORK.clear()
-
-
-def _reset_after_fork_in_child() -> None:
-    for store in _LOCKED_FOR_FORK:
-        store._flights = {}  # owned by the parent's threads: never fulfilled here
-        store._lock.release()
-    _LOCKED_FOR_FORK.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_lock_before_fork,
-        after_in_parent=_unlock_after_fork_in_parent,
-        after_in_child=_reset_after_fork_in_child,
-    )
+    def after_fork_in_child(self) -> None:
+        self._flights = {}  # owned by the parent's threads: never fulfilled here
+        self._counters.after_fork_in_child()
+        self._lock.release()

@@ -10,9 +10,10 @@ import pytest
 
 from visioncache.errors import ConfigurationError
 from visioncache.serialization import dumps
-from visioncache.tiers.chain import NAMESPACE_PREFIX, TierChain, namespace_name
+from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.memory import MemoryTier
+from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_name
 
 KEY = "0123456789abcdef/embedding/" + "cd" * 32
 VALUE = np.arange(12, dtype=np.float32).reshape(3, 4)

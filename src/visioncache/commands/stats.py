@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from visioncache.errors import ConfigurationError
-from visioncache.tiers.chain import NAMESPACE_PREFIX, namespace_name
+from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_name
 
 __all__ = ["add_parser", "run"]
 

@@ -29,7 +29,6 @@ them. Guarantees:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -44,36 +43,22 @@ from visioncache.errors import ConfigurationError, CorruptEntryError, Unverifiab
 from visioncache.serialization import dumps, loads
 from visioncache.tiers.base import Tier
 from visioncache.tiers.breaker import CircuitBreaker
-from visioncache.tiers.stats import ChainStats, TierCounts, tier_stats
+from visioncache.tiers.guard import GuardedTier
+from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_record
+from visioncache.tiers.stats import ChainStats
 from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter, Job
 from visioncache.values import host_snapshot, tree_nbytes
 
-__all__ = [
-    "DEFAULT_MAX_PENDING_WRITE_BYTES",
-    "NAMESPACE_PREFIX",
-    "TierChain",
-    "UnsignedTierWarning",
-    "namespace_name",
-]
+__all__ = ["DEFAULT_MAX_PENDING_WRITE_BYTES", "TierChain", "UnsignedTierWarning"]
 
 logger = logging.getLogger(__name__)
 
-NAMESPACE_PREFIX = "__namespaces__/"
 DEFAULT_MAX_PENDING_WRITE_BYTES = 256 * 2**20
 _warned_unsigned = False
 
 
 class UnsignedTierWarning(UserWarning):
     """A network tier without an HMAC secret: anyone who can write to it can plant values."""
-
-
-def namespace_name(record: bytes) -> str | None:
-    """The namespace name in a ``__namespaces__/<tag>`` record, or None if it is unreadable."""
-    try:
-        name = json.loads(record).get("name")
-    except (ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) else None
 
 
 class TierChain:
@@ -100,10 +85,9 @@ class TierChain:
         if isinstance(max_pending_write_bytes, bool) or not max_pending_write_bytes >= 0:
             raise ConfigurationError(f"max_pending_write_bytes must be >= 0, got {max_pending_write_bytes}")
         self.tiers = tuple(tiers)
+        self._guarded = [GuardedTier(tier, CircuitBreaker(retry_interval, clock=clock)) for tier in tiers]
         self._secrets: list[bytes | None] = list(accepted) or [None]
         self._key_secrets = [blake3(b"visioncache/tier-key/v1\0" + item).digest() for item in accepted]
-        self._breakers = {name: CircuitBreaker(retry_interval, clock=clock) for name in names}
-        self._counts = {name: TierCounts() for name in names}
         self._lock = threading.Lock()
         self._unserializable = 0
         self._namespaces: dict[str, str] = {}  # tag -> name, written with the first save
@@ -121,29 +105,6 @@ class TierChain:
         encoded = digest.encode("utf-8", "surrogatepass")
         return [f"{prefix}/{blake3(encoded, key=secret).hexdigest()}" for secret in self._key_secrets]
 
-    # ---- guarded calls -------------------------------------------------------------------------
-    def _guarded(self, tier: Tier, operation: Callable[[], Any]) -> tuple[bool, Any]:
-        """(True, result) of ``operation``, or (False, None) if the breaker skipped it or it failed."""
-        breaker = self._breakers[tier.name]
-        if not breaker.allow():
-            return False, None
-        try:
-            result = operation()
-        except CorruptEntryError:  # one key's problem, not the tier's: the caller handles it
-            breaker.record_success()
-            raise
-        except Exception as error:  # a tier must never fail a request
-            breaker.record_failure()
-            logger.warning("tier %s failed: %r", tier.name, error)
-            self._add(tier, "errors")
-            return False, None
-        breaker.record_success()
-        return True, result
-
-    def _add(self, tier: Tier, counter: str, count: int = 1) -> None:
-        with self._lock:  # `+=` on an attribute is not atomic across threads
-            setattr(self._counts[tier.name], counter, getattr(self._counts[tier.name], counter) + count)
-
     # ---- reads ---------------------------------------------------------------------------------
     def load_many(self, keys: Sequence[str]) -> list[Any | None]:
         """The tree stored under each key in the first tier with an intact copy (None: nowhere)."""
@@ -151,13 +112,13 @@ class TierChain:
         variants = [self.tier_keys(key) for key in keys]
         width = len(self._secrets)
         pending = list(range(len(keys)))
-        missed: dict[int, list[Tier]] = {index: [] for index in pending}
-        for tier in self.tiers:
+        missed: dict[int, list[GuardedTier]] = {index: [] for index in pending}
+        for tier in self._guarded:
             if not pending:
                 break
             names = [name for index in pending for name in variants[index]]
             try:
-                ok, blobs = self._guarded(tier, partial(tier.get_many, names))
+                ok, blobs = tier.call(partial(tier.tier.get_many, names))
             except CorruptEntryError:  # a tier should answer per key; treat it as a miss here
                 ok = False
             if not ok:
@@ -174,13 +135,13 @@ class TierChain:
                 results[index], name, blob = found
                 for upper in missed[index]:
                     self._submit(len(blob), self._put_job(upper, name, blob, "promotions"))
-            self._add(tier, "hits", len(pending) - len(still_missing))
-            self._add(tier, "misses", len(still_missing))
+            tier.add("hits", len(pending) - len(still_missing))
+            tier.add("misses", len(still_missing))
             pending = still_missing
         return results
 
     def _decode(
-        self, tier: Tier, key: str, names: list[str], blobs: Sequence[bytes | None]
+        self, tier: GuardedTier, key: str, names: list[str], blobs: Sequence[bytes | None]
     ) -> tuple[Any, str, bytes] | None:
         """(tree, tier key, blob) of the first blob that verifies under its secret, or None."""
         for name, blob, secret in zip(names, blobs, self._secrets, strict=True):
@@ -189,11 +150,11 @@ class TierChain:
             try:
                 return loads(blob, secret=secret, context=key), name, blob
             except UnverifiableEntryError:
-                self._add(tier, "unverified")
+                tier.add("unverified")
             except CorruptEntryError as error:
                 logger.warning("tier %s: deleting corrupt entry %s: %s", tier.name, name, error)
-                self._add(tier, "corrupt")
-                self._submit(0, partial(self._guarded, tier, partial(tier.delete, name)))
+                tier.add("corrupt")
+                self._submit(0, partial(tier.call, partial(tier.tier.delete, name)))
         return None
 
     def load(self, key: str) -> Any | None:
@@ -212,13 +173,13 @@ class TierChain:
         found = [False] * len(keys)
         variants = [self.tier_keys(key) for key in keys]
         width = len(self._secrets)
-        for tier in self.tiers:
+        for tier in self._guarded:
             pending = [index for index, hit in enumerate(found) if not hit]
             if not pending:
                 break
             names = [name for index in pending for name in variants[index]]
             try:
-                ok, answers = self._guarded(tier, partial(tier.contains_many, names))
+                ok, answers = tier.call(partial(tier.tier.contains_many, names))
             except CorruptEntryError:
                 continue
             for position, index in enumerate(pending):
@@ -241,7 +202,7 @@ class TierChain:
             return False
         self._register_namespaces()
         name = self.tier_keys(key)[0]
-        stored = [self._put_job(tier, name, blob, "writes")() for tier in self.tiers]
+        stored = [self._put_job(tier, name, blob, "writes")() for tier in self._guarded]
         return any(stored)
 
     def save_entry(self, key: str, value: object, cost: float) -> bool:
@@ -271,11 +232,11 @@ class TierChain:
                 self._unserializable += 1
             return False
 
-    def _put_job(self, tier: Tier, name: str, blob: bytes, counter: str) -> Callable[[], bool]:
+    def _put_job(self, tier: GuardedTier, name: str, blob: bytes, counter: str) -> Callable[[], bool]:
         def job() -> bool:
-            ok, _ = self._guarded(tier, partial(tier.put, name, blob))
+            ok, _ = tier.call(partial(tier.tier.put, name, blob))
             if ok:
-                self._add(tier, counter)
+                tier.add(counter)
             return ok
 
         return job
@@ -298,9 +259,9 @@ class TierChain:
             new = {tag: name for tag, name in self._namespaces.items() if tag not in self._registered}
             self._registered.update(new)
         for tag, name in new.items():
-            record = json.dumps({"tag": tag, "name": name}).encode()
-            for tier in self.tiers:
-                self._guarded(tier, partial(tier.put, NAMESPACE_PREFIX + tag, record))
+            record = namespace_record(tag, name)
+            for tier in self._guarded:
+                tier.call(partial(tier.tier.put, NAMESPACE_PREFIX + tag, record))
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -308,28 +269,10 @@ class TierChain:
         return self._writer.flush(timeout) if self._writer is not None else True
 
     def stats(self) -> ChainStats:
-        """Per tier: the chain's counters, its breaker and the tier's own sizes (no network call).
-
-        Stats run at every metrics scrape, so they keep the tiers' bound too: a tier whose
-        breaker is open is not asked for its sizes (they are left out), and a tier whose stats
-        raise (e.g. a disk database locked before it was first opened) counts as failing.
-        """
-        rows = []
-        for tier in self.tiers:
-            breaker = self._breakers[tier.name]
-            own: dict[str, Any] = {}
-            if not breaker.is_open:
-                try:
-                    own = tier.stats()
-                except Exception as error:
-                    logger.warning("tier %s: stats failed: %r", tier.name, error)
-                    breaker.record_failure()
-            with self._lock:
-                counts = TierCounts(**vars(self._counts[tier.name]))
-            rows.append(tier_stats(tier.name, counts, breaker, own))
+        """Per tier: counts, breaker and sizes (see `GuardedTier.stats`: no wait on a failing tier)."""
         writer = self._writer
         return ChainStats(
-            tiers=tuple(rows),
+            tiers=tuple(tier.stats() for tier in self._guarded),
             unserializable=self._unserializable,
             writes_pending=writer.pending if writer is not None else 0,
             writes_pending_bytes=writer.pending_bytes if writer is not None else 0,
@@ -340,11 +283,8 @@ class TierChain:
         """Flush queued writes (up to the exit flush time), then close every tier."""
         if self._writer is not None and not self._writer.close(EXIT_FLUSH_SECONDS):
             logger.warning("closing tiers with %d writes still queued", self._writer.pending)
-        for tier in self.tiers:
-            try:
-                tier.close()
-            except Exception as error:
-                logger.warning("tier %s: close failed: %r", tier.name, error)
+        for tier in self._guarded:
+            tier.close()
 
 
 def _unwrap(envelope: Any) -> tuple[Any, float] | None:

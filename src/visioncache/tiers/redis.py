@@ -5,8 +5,9 @@ is raised to `TierChain`, whose circuit breaker then skips the tier for its retr
 dead or stalled server costs at most one timeout per interval. Batched reads are one ``MGET`` (a
 standalone server) or one pipeline per node (a cluster: ``mget_nonatomic``). Keys are
 ``key_prefix + key``; values are stored raw (``SET``, with ``EX`` when ``ttl_seconds`` is set) and
-never decoded here. A server error about one key (``WRONGTYPE``: a key of another type under our
-name) is raised as `CorruptEntryError` for that key, not as an outage: the chain deletes the key.
+never decoded here. A key of another type under our name (``WRONGTYPE``) is never an outage:
+``MGET`` answers nil for it (a miss, and the next write's ``SET`` replaces it), and a single
+``get`` raises `CorruptEntryError` for that key only.
 
 With ``cluster=True`` the client is a `redis.cluster.RedisCluster`, created at the first call (its
 constructor connects, so a cluster that is down at start-up costs a counted failure, not an

@@ -27,6 +27,8 @@ import time
 import weakref
 from collections.abc import Callable
 
+from visioncache import forking
+
 __all__ = ["EXIT_FLUSH_SECONDS", "BackgroundWriter"]
 
 logger = logging.getLogger(__name__)
@@ -54,11 +56,24 @@ class BackgroundWriter:
         self.dropped = 0
         self._reset()
         _LIVE_WRITERS.add(self)
+        forking.track(self)
 
     def _reset(self) -> None:
         self._state = _Queue()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+
+    # ---- fork safety (`visioncache.forking`) -----------------------------------------------------
+    def before_fork(self) -> None:
+        self._state.lock.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self._state.lock.release()
+
+    def after_fork_in_child(self) -> None:
+        # The parent's thread does not exist here; its queued writes stay the parent's.
+        self._state.lock.release()
+        self._reset()
 
     def submit(self, nbytes: int, prepare: Callable[[], Job]) -> bool:
         """Reserve ``nbytes``, then queue ``prepare()``'s job; False (counted) if it does not fit."""
@@ -143,17 +158,10 @@ def _drain(state: _Queue, owner: weakref.ref[BackgroundWriter]) -> None:
             state.jobs.task_done()
 
 
-def _after_fork_in_child() -> None:
-    # The parent's thread does not exist here, and its locks may have been held at the fork.
-    for writer in list(_LIVE_WRITERS):
-        writer._reset()
-
-
 def _flush_at_exit() -> None:
     for writer in list(_LIVE_WRITERS):
         if writer._pid == os.getpid() and not writer.flush(EXIT_FLUSH_SECONDS):
             logger.warning("exiting with %d tier writes still queued", writer.pending)
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_flush_at_exit)
