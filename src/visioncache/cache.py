@@ -1,17 +1,10 @@
 """`VisionEmbeddingCache`: the reference module's API without its defects, plus per-image levels.
 
-A facade over four `Level`\\ s (each a memory `Store` + the shared tiers, which the level alone
-talks to):
-
-========== ============================== =========================================
-level      key                            value
-========== ============================== =========================================
-pixel      images (ordered) + prompt      `PixelCacheEntry` (the reference's level)
-pixel_only images (ordered)               `PixelOnlyCacheEntry`; per image via
-                                          `preprocess_images`
-encoding   images (ordered) + prompt      `EncodingCacheEntry`
-embedding  one image                      the vision encoder's output for that image
-========== ============================== =========================================
+A facade over four `Level`\\ s, each a memory `Store` plus the shared tiers, which the level alone
+talks to: ``pixel`` (images in order + prompt -> `PixelCacheEntry`, the reference's level),
+``pixel_only`` (images in order -> `PixelOnlyCacheEntry`; per image via `preprocess_images`),
+``encoding`` (images + prompt -> `EncodingCacheEntry`) and ``embedding`` (one image -> the vision
+encoder's output for it).
 
 Every key carries the namespace and salt. Every method validates all of its inputs (types,
 files, base64, sizes) before it reads or changes any level, whether the cache is enabled or not,
@@ -21,11 +14,10 @@ Constructing a cache has no side effects: tiers open files, sockets and threads 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from visioncache.entries import PixelOnlyCacheEntry
 from visioncache.errors import (
@@ -36,9 +28,9 @@ from visioncache.errors import (
     describe_input,
 )
 from visioncache.identity import DEFAULT_MAX_IMAGE_BYTES, ImageHasher
-from visioncache.keys import DEFAULT_NAMESPACE, ImageKeys, KeyBuilder
+from visioncache.keys import DEFAULT_NAMESPACE, ImageKeys, KeyBuilder, is_image_sequence
 from visioncache.level import Level, as_results
-from visioncache.reference_levels import ReferenceLevels
+from visioncache.reference_levels import ReferenceLevels, forward_to
 from visioncache.stats import CacheStats, VisionCacheStats
 from visioncache.store import Store
 from visioncache.tiers.base import Tier
@@ -59,25 +51,6 @@ def _check_entries(name: str, value: object) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise ConfigurationError(f"{name} must be an int >= 0 or None, got {value!r}")
     return value
-
-
-def _forward(
-    method: Callable[Concatenate[ReferenceLevels, P], R],
-) -> Callable[Concatenate[VisionEmbeddingCache, P], R]:
-    """A cache method that calls ``method`` on the cache's `ReferenceLevels` (signature and
-    docstring kept, so the facade stays typed and documented without restating them)."""
-
-    @functools.wraps(method)
-    def forward(cache: VisionEmbeddingCache, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return method(cache._reference, *args, **kwargs)
-
-    return forward
-
-
-def _is_image_list(images: object) -> bool:
-    if type(images) in (list, tuple):  # the exact types first: this is the hit path
-        return True
-    return isinstance(images, Sequence) and not isinstance(images, str | bytes | bytearray | memoryview)
 
 
 class VisionEmbeddingCache:
@@ -217,7 +190,7 @@ class VisionEmbeddingCache:
         """Store one encoder output per image; ``encoding_time`` is what encoding them all cost.
         Every value is checked before any is stored: a bad one stores nothing."""
         keys = self._keys.image_keys("embedding", images)
-        if not _is_image_list(values):
+        if not is_image_sequence(values):
             raise UnsupportedInputTypeError(f"values must be a list or tuple, got {describe_input(values)}")
         if len(values) != len(keys):
             raise InvalidArgumentError(f"got {len(values)} values for {len(keys)} images")
@@ -252,7 +225,7 @@ class VisionEmbeddingCache:
 
         ``expect`` is a callable for every value, or one `Expectation` per request.
         """
-        if not _is_image_list(requests):
+        if not is_image_sequence(requests):
             raise UnsupportedImageTypeError(
                 f"requests must be a list of image lists, got {describe_input(requests)}"
             )
@@ -313,12 +286,12 @@ class VisionEmbeddingCache:
                 level.unpin(key)
 
     # ---- the reference's levels (seed_api.md), by `ReferenceLevels` ----------------------------
-    get_pixel_cache = _forward(ReferenceLevels.get_pixel_cache)
-    set_pixel_cache = _forward(ReferenceLevels.set_pixel_cache)
-    get_pixel_values = _forward(ReferenceLevels.get_pixel_values)
-    set_pixel_values = _forward(ReferenceLevels.set_pixel_values)
-    get_encoding_cache = _forward(ReferenceLevels.get_encoding_cache)
-    set_encoding_cache = _forward(ReferenceLevels.set_encoding_cache)
+    get_pixel_cache = forward_to(ReferenceLevels.get_pixel_cache)
+    set_pixel_cache = forward_to(ReferenceLevels.set_pixel_cache)
+    get_pixel_values = forward_to(ReferenceLevels.get_pixel_values)
+    set_pixel_values = forward_to(ReferenceLevels.set_pixel_values)
+    get_encoding_cache = forward_to(ReferenceLevels.get_encoding_cache)
+    set_encoding_cache = forward_to(ReferenceLevels.set_encoding_cache)
 
     # ---- stats ---------------------------------------------------------------------------------
     def snapshot(self) -> CacheStats:

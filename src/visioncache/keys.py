@@ -24,7 +24,7 @@ from visioncache.errors import (
 )
 from visioncache.identity import ImageHasher, frame
 
-__all__ = ["DEFAULT_NAMESPACE", "KEY_FORMAT_VERSION", "ImageKeys", "KeyBuilder"]
+__all__ = ["DEFAULT_NAMESPACE", "KEY_FORMAT_VERSION", "ImageKeys", "KeyBuilder", "is_image_sequence"]
 
 KEY_FORMAT_VERSION = 1
 DEFAULT_NAMESPACE = "default"
@@ -84,7 +84,8 @@ class KeyBuilder:
         return f"{self.tag}/{level}/{hasher.hexdigest()}"
 
 
-def _is_sequence(images: object) -> bool:
+def is_image_sequence(images: object) -> bool:
+    """A list, tuple or other sequence that is not itself one image (str, bytes, memoryview)."""
     if type(images) in (list, tuple):  # the exact types first: this is the hit path
         return True
     return isinstance(images, Sequence) and not isinstance(images, str | bytes | bytearray | memoryview)
@@ -99,7 +100,7 @@ class ImageKeys:
 
     def digests(self, images: Sequence[Any]) -> list[bytes]:
         """The content digest of each image, in order; a typed error for any bad input."""
-        if not _is_sequence(images):
+        if not is_image_sequence(images):
             raise UnsupportedImageTypeError(
                 f"images must be a list or tuple of image inputs, got {describe_input(images)}"
             )
@@ -108,7 +109,7 @@ class ImageKeys:
 
     def image_keys(self, level: str, images: Sequence[Any]) -> list[str]:
         """The per-image key of each image in ``level`` (a typed error for any bad input)."""
-        if not _is_sequence(images):
+        if not is_image_sequence(images):
             self.digests(images)  # raises the typed error
         image_key, digest = self.builder.image_key, self.hasher.digest
         return [image_key(level, digest(image)) for image in images]

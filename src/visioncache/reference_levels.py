@@ -10,10 +10,11 @@ so a disabled cache refuses exactly what an enabled one refuses.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
 from visioncache.keys import ImageKeys
@@ -21,7 +22,10 @@ from visioncache.level import Level
 from visioncache.store import PutResult
 from visioncache.values import copy_containers
 
-__all__ = ["ReferenceLevels"]
+__all__ = ["ReferenceLevels", "forward_to"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class ReferenceLevels:
@@ -105,3 +109,18 @@ class ReferenceLevels:
     def clear(self) -> None:
         with self._lock:
             self.images_processed = 0
+
+
+class _HasReference(Protocol):
+    _reference: ReferenceLevels
+
+
+def forward_to(method: Callable[Concatenate[ReferenceLevels, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """A facade method that calls ``method`` on the facade's ``_reference`` (signature and
+    docstring kept, so the facade stays typed and documented without restating them)."""
+
+    @functools.wraps(method)
+    def forward(facade: _HasReference, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(facade._reference, *args, **kwargs)
+
+    return forward
