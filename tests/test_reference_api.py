@@ -309,3 +309,17 @@ def test_path_hits_do_not_reread_the_file(make_png, settled_file, monkeypatch):
     real_open = open
     monkeypatch.setattr("builtins.open", lambda *a, **k: pytest.fail("file re-read") or real_open(*a, **k))
     assert cache.get_pixel_cache([path], "p") is not None
+
+
+def test_reference_private_key_helpers_exist_and_keep_order(make_png, settled_file):
+    """Issue 12.5: peers' tests call the reference's `_make_key(images, prompt)` and
+    `_make_image_only_key(images)`; they must exist, with the order fix (defect 1)."""
+    cache = VisionEmbeddingCache()
+    a, b = make_png(1), make_png(2)
+    path = str(settled_file(a))
+    assert cache._make_key([a, b], "p") != cache._make_key([b, a], "p")
+    assert cache._make_key([a, b], "p") != cache._make_key([a, b], "q")
+    assert cache._make_key([path, b], "p") == cache._make_key([a, b], "p")  # content, not the name
+    assert cache._make_image_only_key([a, b]) != cache._make_image_only_key([b, a])
+    assert cache._make_image_only_key([a]) != cache._make_key([a], "p")
+    assert cache._make_image_only_key([a]) == cache.key("pixel_only", [a])
