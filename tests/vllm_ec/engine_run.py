@@ -101,11 +101,26 @@ def warm_up(llm: Any) -> None:
     llm.chat(messages, SamplingParams(max_tokens=1), use_tqdm=False)
 
 
-def connector_totals(llm: Any) -> dict[str, float]:
-    """The scheduler-side connector's counters (in-process engine only)."""
+def scheduler_connector(llm: Any) -> Any:
+    """The scheduler-side connector of an in-process engine (None without one)."""
     core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
-    connector = getattr(getattr(core, "scheduler", None), "ec_connector", None)
-    return connector.totals() if connector is not None and hasattr(connector, "totals") else {}
+    return getattr(getattr(core, "scheduler", None), "ec_connector", None)
+
+
+def exported_metrics(connector: Any) -> dict[str, float]:
+    """What visioncache's Prometheus collector exports for the connector: ``name{labels}`` -> value."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from visioncache.metrics import register_metrics
+
+    registry = CollectorRegistry()
+    register_metrics(connector, registry)
+    samples = {}
+    for line in generate_latest(registry).decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
 
 
 def main() -> None:
@@ -132,7 +147,9 @@ def main() -> None:
     warm_up(llm)
     for name in args.workload or ["main"]:
         result["workloads"][name] = run_workload(llm, WORKLOADS[name], log)
-    result["connector"] = connector_totals(llm)
+    connector = scheduler_connector(llm)
+    result["connector"] = connector.totals() if connector is not None else {}
+    result["metrics"] = exported_metrics(connector) if connector is not None else {}
     llm.llm_engine.engine_core.shutdown()
     Path(args.out).write_text(json.dumps(result))
 

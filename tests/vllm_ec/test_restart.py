@@ -43,3 +43,8 @@ def test_restart_on_the_same_disk_tier_encodes_nothing(
     assert main["outputs"] == stock["workloads"]["main"]["outputs"]
     assert warm["connector"]["hits"] == DISTINCT
     assert warm["connector"].get("misses", 0) == 0
+    # The same counts through visioncache's Prometheus collector (in-process engine).
+    metrics = warm["metrics"]
+    assert metrics['visioncache_cache_hits_total{level="vllm-ec"}'] == DISTINCT
+    assert metrics['visioncache_tier_hits_total{tier="disk"}'] == DISTINCT
+    assert metrics['visioncache_time_saved_seconds_total{level="vllm-ec"}'] > 0

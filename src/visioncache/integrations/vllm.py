@@ -54,6 +54,7 @@ from visioncache.integrations.vllm_connector.engine_stats import (
 )
 from visioncache.integrations.vllm_connector.item_store import ItemStore, build_chain
 from visioncache.integrations.vllm_connector.namespace import namespace_for
+from visioncache.stats import CacheStats
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -170,8 +171,9 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         if entry is None:
             self._count("misses", 1)
             return False
-        tensor, _cost = entry
+        tensor, cost = entry
         self._count("hits", 1)
+        self._count("seconds_saved", cost)
         self._count("loaded_bytes", tensor.nbytes)
         self._stage(identifier, tensor)
         return True
@@ -254,6 +256,18 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         for name, value in self._tier_sums().items():
             totals[name] = totals.get(name, 0) + value
         return totals
+
+    def snapshot(self) -> CacheStats:
+        """Since start-up, as a visioncache snapshot: ``visioncache.metrics.register_metrics(
+        connector)`` exports it as ``visioncache_*`` metrics where the engine runs in-process (a
+        server's /metrics shows the ``vllm:visioncache_ec_*`` counters instead)."""
+        totals = self._totals
+        return self.store.snapshot(
+            hits=int(totals.get("hits", 0)),
+            misses=int(totals.get("misses", 0)),
+            encoded=int(totals.get("encoded_items", 0)),
+            seconds_saved=float(totals.get("seconds_saved", 0.0)),
+        )
 
     @classmethod
     def build_ec_connector_stats(cls, data: dict[str, Any] | None = None) -> VisionCacheECStats:

@@ -24,6 +24,7 @@ COUNTERS: tuple[tuple[str, str], ...] = (
     ("misses", "Items not found (or found unusable) in the shared tiers"),
     ("loaded_bytes", "Bytes of encoder outputs loaded from the shared tiers"),
     ("load_seconds", "Seconds spent loading and verifying encoder outputs"),
+    ("seconds_saved", "Seconds of encoder work the loaded outputs had cost"),
     ("saves", "Encoder outputs handed to the background writer"),
     ("saved_bytes", "Bytes of encoder outputs handed to the background writer"),
     ("saves_dropped", "Encoder outputs not queued: the writer's byte budget was full"),

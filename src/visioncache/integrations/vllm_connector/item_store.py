@@ -17,6 +17,8 @@ from blake3 import blake3
 
 from visioncache.integrations.vllm_connector.config import ConnectorConfig
 from visioncache.keys import KeyBuilder
+from visioncache.stats import CacheStats
+from visioncache.store import StoreStats
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
@@ -96,6 +98,12 @@ class ItemStore:
 
     def stats(self) -> ChainStats:
         return self.chain.stats()
+
+    def snapshot(self, *, hits: int, misses: int, encoded: int, seconds_saved: float) -> CacheStats:
+        """A visioncache snapshot (one level, ``vllm-ec``, plus the tiers) for
+        `visioncache.metrics.register_metrics`."""
+        level = StoreStats(hits=hits, misses=misses, computed=encoded, time_saved=seconds_saved)
+        return CacheStats(levels={LEVEL: level}, tiers=self.chain.stats())
 
     def flush(self, timeout: float | None = None) -> bool:
         return self.chain.flush(timeout)
