@@ -68,7 +68,8 @@ EngineRunner = Callable[..., dict[str, Any]]
 
 @pytest.fixture(scope="session")
 def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> EngineRunner:
-    """``run_engine(*workloads, ec=None, budget=None, mm_embeds=False, env={})``: one in-process
+    """``run_engine(*workloads, ec=None, budget=None, mm_embeds=False, evict_after_load=False,
+    env={})``: one in-process
     engine in a subprocess (`tests.vllm_ec.engine_run`); returns its JSON report."""
     runs = tmp_path_factory.mktemp("engine-runs")
 
@@ -77,6 +78,7 @@ def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> En
         ec: dict[str, Any] | None = None,
         budget: int | None = None,
         mm_embeds: bool = False,
+        evict_after_load: bool = False,
         env: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         index = len(list(runs.iterdir()))
@@ -99,6 +101,8 @@ def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> En
             command += ["--budget", str(budget)]
         if mm_embeds:
             command.append("--mm-embeds")
+        if evict_after_load:
+            command.append("--evict-after-load")
         log = directory / "engine.log"
         with log.open("w") as output:
             done = subprocess.run(

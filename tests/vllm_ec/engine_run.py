@@ -101,6 +101,22 @@ def warm_up(llm: Any) -> None:
     llm.chat(messages, SamplingParams(max_tokens=1), use_tqdm=False)
 
 
+def evict_after_load() -> None:
+    """Delete every entry from its tiers right after the scheduler has read it: as if another
+    process evicted it between ``has_cache_item`` and the worker's step."""
+    from visioncache.integrations.vllm_connector.item_store import ItemStore
+
+    original = ItemStore.load
+
+    def load_then_evict(self: ItemStore, identifier: str, **kwargs: Any) -> Any:
+        entry = original(self, identifier, **kwargs)
+        for tier in self.chain.tiers:
+            tier.delete(self.key(identifier))
+        return entry
+
+    ItemStore.load = load_then_evict  # type: ignore[method-assign]
+
+
 def scheduler_connector(llm: Any) -> Any:
     """The scheduler-side connector of an in-process engine (None without one)."""
     core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
@@ -130,6 +146,7 @@ def main() -> None:
     parser.add_argument("--ec-config")
     parser.add_argument("--budget", type=int)
     parser.add_argument("--mm-embeds", action="store_true")
+    parser.add_argument("--evict-after-load", action="store_true")
     parser.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
     args = parser.parse_args()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -138,6 +155,8 @@ def main() -> None:
     from tests.vllm_ec.encoder_counter import install
 
     install()
+    if args.evict_after_load:
+        evict_after_load()
     from vllm import LLM
 
     ec_config = json.loads(args.ec_config) if args.ec_config else None

@@ -87,3 +87,21 @@ def test_entries_signed_with_another_secret_are_recomputed(
     )
     assert same["workloads"]["main"]["encoded"] == 0
     assert same["workloads"]["main"]["outputs"] == stock["workloads"]["main"]["outputs"]
+
+
+def test_an_entry_evicted_right_after_has_cache_item_still_serves_its_request(
+    stock: dict[str, Any], populated_disk: dict[str, Any], run_engine: EngineRunner, tmp_path: Path
+) -> None:
+    # Between vLLM's question (scheduler) and the model step (worker) the entry disappears from
+    # the tier. The scheduler answered yes only with the verified tensor in hand, and that copy is
+    # what the worker receives: no request fails, none is re-encoded, outputs do not change.
+    directory = copy_tier(populated_disk["directory"], tmp_path)
+    report = run_engine("main", ec=ec_config(disk_dir=str(directory)), evict_after_load=True)
+    main = report["workloads"]["main"]
+    assert main["failed"] == 0
+    assert main["encoded"] == 0
+    assert main["outputs"] == stock["workloads"]["main"]["outputs"]
+    assert report["connector"]["hits"] == DISTINCT
+    tier = DiskTier(directory)
+    assert _entry_keys(tier) == []  # really gone before the worker used them
+    tier.close()
