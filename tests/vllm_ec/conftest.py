@@ -44,13 +44,14 @@ def ec_config(role: str = "ec_both", **extra: object) -> dict[str, Any]:
     return {**CONNECTOR, "ec_role": role, "ec_connector_extra_config": extra}
 
 
-def engine_env(encoder_log: Path, **extra: str) -> dict[str, str]:
-    """Environment of a vLLM process: offline, visioncache importable, encoder calls counted."""
-    site = str(ROOT / "tests" / "vllm_ec" / "site")
+def engine_env(encoder_log: Path, *, server: bool = False, **extra: str) -> dict[str, str]:
+    """Environment of a vLLM process: offline, visioncache importable, encoder calls counted (a
+    server's processes through ``site/sitecustomize.py``; `engine_run` wraps the model itself)."""
+    paths = [str(ROOT), str(ROOT / "tests" / "vllm_ec" / "site")] if server else [str(ROOT)]
     return {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), site]),
+        "PYTHONPATH": os.pathsep.join(paths),
         "VISIONCACHE_TEST_ENCODER_LOG": str(encoder_log),
         **extra,
     }

@@ -3,26 +3,30 @@
 Every call appends one line, the number of items it encoded, to the file named by
 ``VISIONCACHE_TEST_ENCODER_LOG`` (O_APPEND: whole lines from several processes). vLLM's start-up
 profiling and warm-up encode dummy items too, so tests read the count before and after a workload.
+`install` wraps the class now; `install_on_import` (the servers' ``sitecustomize``) wraps it when
+vLLM imports the model module, so the many Python processes a server starts do not all pay for
+importing vLLM at start-up.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ENV = "VISIONCACHE_TEST_ENCODER_LOG"
+MODEL_MODULE = "vllm.model_executor.models.qwen2_vl"
 
 
-def install() -> None:
-    """Wrap the model class once (idempotent); a no-op without the environment variable."""
-    log = os.environ.get(ENV)
-    if not log:
-        return
-    from vllm.model_executor.models.qwen2_vl import Qwen2VLForConditionalGeneration
-
-    original = Qwen2VLForConditionalGeneration.embed_multimodal
+def _wrap(model_class: Any, log: str) -> None:
+    original = model_class.embed_multimodal
     if getattr(original, "_visioncache_counted", False):
         return
 
@@ -34,7 +38,52 @@ def install() -> None:
         return outputs
 
     counted._visioncache_counted = True  # type: ignore[attr-defined]
-    Qwen2VLForConditionalGeneration.embed_multimodal = counted
+    model_class.embed_multimodal = counted
+
+
+def install() -> None:
+    """Wrap the model class now (idempotent); a no-op without the environment variable."""
+    log = os.environ.get(ENV)
+    if log:
+        from vllm.model_executor.models.qwen2_vl import Qwen2VLForConditionalGeneration
+
+        _wrap(Qwen2VLForConditionalGeneration, log)
+
+
+class _WrapOnImport(importlib.abc.MetaPathFinder):
+    """Lets the model module import as usual, then wraps its class."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != MODEL_MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, log = spec.loader, self.log
+
+        class WrappingLoader(importlib.abc.Loader):
+            def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: ModuleType) -> None:
+                loader.exec_module(module)
+                _wrap(module.Qwen2VLForConditionalGeneration, log)
+
+        spec.loader = WrappingLoader()
+        return spec
+
+
+def install_on_import() -> None:
+    """Wrap the model class when vLLM imports it; a no-op without the environment variable."""
+    log = os.environ.get(ENV)
+    if log:
+        sys.meta_path.insert(0, _WrapOnImport(log))
 
 
 def encoded_items(log: str | os.PathLike[str]) -> int:

@@ -72,7 +72,11 @@ class VllmServer:
     def start(self) -> VllmServer:
         output = self.log.open("w")
         self.process = subprocess.Popen(
-            self.command, cwd=ROOT, env=engine_env(self.encoder_log), stdout=output, stderr=subprocess.STDOUT
+            self.command,
+            cwd=ROOT,
+            env=engine_env(self.encoder_log, server=True),
+            stdout=output,
+            stderr=subprocess.STDOUT,
         )
         return self
 

@@ -23,9 +23,7 @@ the save and counts it). The model step never waits for disk or Redis.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,15 +43,16 @@ except ImportError as error:  # pragma: no cover - exercised only without vLLM
         f"`make test-vllm` builds such an environment in .venv-vllm): {error}"
     ) from error
 
-from visioncache.fingerprint import stable_json
 from visioncache.integrations.vllm_connector.config import ConnectorConfig
+from visioncache.integrations.vllm_connector.counters import ConnectorCounters
 from visioncache.integrations.vllm_connector.engine_stats import (
     VisionCacheECStats,
     VisionCachePromMetrics,
     WorkerCounts,
 )
 from visioncache.integrations.vllm_connector.item_store import ItemStore, build_chain
-from visioncache.integrations.vllm_connector.namespace import namespace_for
+from visioncache.integrations.vllm_connector.namespace import engine_namespace
+from visioncache.integrations.vllm_connector.staging import VerifiedItems
 from visioncache.stats import CacheStats
 
 if TYPE_CHECKING:
@@ -74,8 +73,6 @@ if VLLM_VERSION != SUPPORTED_VLLM_VERSION:
 logger = logging.getLogger(__name__)
 # Verified entries the scheduler holds between `has_cache_item` and the step's metadata.
 _STAGED_MAX_BYTES = 512 * 2**20
-_TIER_COUNTERS = ("errors", "corrupt", "unverified", "skipped")
-_TIER_READ_SECONDS = 1.0
 
 
 @dataclass
@@ -83,31 +80,6 @@ class VisionCacheECMetadata(ECConnectorMetadata):  # type: ignore[misc]  # vLLM 
     """One step's loads: item identifier -> verified encoder output (host memory)."""
 
     loads: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-def _model_directory(vllm_config: VllmConfig) -> str:
-    model = vllm_config.model_config.model
-    if os.path.isdir(model):
-        return str(model)
-    from huggingface_hub import snapshot_download
-
-    return str(snapshot_download(model, revision=vllm_config.model_config.revision, local_files_only=True))
-
-
-def _namespace(vllm_config: VllmConfig) -> str:
-    model_config = vllm_config.model_config
-    hf_config = model_config.hf_config.to_dict()
-    for volatile in ("_name_or_path", "transformers_version"):
-        hf_config.pop(volatile, None)
-    multimodal = model_config.multimodal_config
-    return namespace_for(
-        model_directory=_model_directory(vllm_config),
-        model_config_json=stable_json(hf_config),
-        processor_kwargs_json=stable_json(model_config.mm_processor_kwargs or {}),
-        dtype=str(model_config.dtype),
-        hash_algorithm=str(getattr(multimodal, "mm_hasher_algorithm", "blake3")),
-        engine_version=f"vllm={VLLM_VERSION};transformers={transformers.__version__}",
-    )
 
 
 class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is untyped for mypy
@@ -118,7 +90,8 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         transfer = vllm_config.ec_transfer_config
         self.config = ConnectorConfig.from_extra_config(transfer.ec_connector_extra_config)
         self._dtype: torch.dtype = vllm_config.model_config.dtype
-        namespace = self.config.namespace or _namespace(vllm_config)
+        versions = f"vllm={VLLM_VERSION};transformers={transformers.__version__}"
+        namespace = self.config.namespace or engine_namespace(vllm_config, versions)
         self.store = ItemStore(
             build_chain(self.config), namespace, trust_client_uuids=self.config.trust_client_uuids
         )
@@ -128,16 +101,12 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             namespace,
             [tier.name for tier in self.store.chain.tiers],
         )
-        # Scheduler side: expected sizes, verified entries held, this step's loads, counters.
+        self.counters = ConnectorCounters(self.store.stats)
+        # Scheduler side: expected sizes, verified entries held, this step's loads.
         self._expected: dict[str, int] = {}
-        self._staged: OrderedDict[str, torch.Tensor] = OrderedDict()
-        self._staged_bytes = 0
+        self._staged = VerifiedItems(_STAGED_MAX_BYTES)
         self._loads: dict[str, torch.Tensor] = {}
         self._unavailable: set[str] = set()
-        self._interval: dict[str, float] = {}
-        self._tier_totals: dict[str, int] = {}
-        self._tier_read_at = -_TIER_READ_SECONDS
-        self._totals: dict[str, float] = {}
         # Worker side: this step's outputs to save, and when its encoder phase began.
         self._saves: list[tuple[str, torch.Tensor]] = []
         self._step_started: float | None = None
@@ -157,8 +126,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         """True only once the item's verified output is in hand (held until the step's metadata)."""
         if not self.is_consumer or not self.store.cacheable(identifier):
             return False
-        if identifier in self._staged:
-            self._staged.move_to_end(identifier)
+        if self._staged.touch(identifier):
             return True
         started = time.perf_counter()
         try:
@@ -166,31 +134,24 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         except Exception:  # the connector must never fail a request: a miss
             logger.exception("VisionCacheECConnector: loading %s failed; encoding it", identifier)
             entry = None
-        self._count("lookups", 1)
-        self._count("load_seconds", time.perf_counter() - started)
+        count = self.counters.add
+        count("lookups", 1)
+        count("load_seconds", time.perf_counter() - started)
         if entry is None:
-            self._count("misses", 1)
+            count("misses", 1)
             return False
         tensor, cost = entry
-        self._count("hits", 1)
-        self._count("seconds_saved", cost)
-        self._count("loaded_bytes", tensor.nbytes)
-        self._stage(identifier, tensor)
+        count("hits", 1)
+        count("seconds_saved", cost)
+        count("loaded_bytes", tensor.nbytes)
+        self._staged.put(identifier, tensor)
         return True
-
-    def _stage(self, identifier: str, tensor: torch.Tensor) -> None:
-        self._staged[identifier] = tensor
-        self._staged_bytes += tensor.nbytes
-        while self._staged_bytes > _STAGED_MAX_BYTES and len(self._staged) > 1:
-            _, dropped = self._staged.popitem(last=False)
-            self._staged_bytes -= dropped.nbytes
 
     def update_state_after_alloc(self, request: Request, index: int) -> None:
         identifier = request.mm_features[index].identifier
-        tensor = self._staged.pop(identifier, None)
+        tensor = self._staged.pop(identifier)
         if tensor is None:
             return  # vLLM encodes this item
-        self._staged_bytes -= tensor.nbytes
         if tensor.shape[0] != request.get_num_encoder_embeds(index):
             # Unreachable while `ensure_cache_available` runs first (vLLM 0.32 calls it before
             # every encoder decision); kept so a change in vLLM fails one request, not the engine.
@@ -217,56 +178,27 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         counts = connector_output.ec_connector_worker_meta
         if isinstance(counts, WorkerCounts):
             for name, value in counts.as_dict().items():
-                self._count(name, value)
-
-    def _count(self, name: str, value: float) -> None:
-        self._interval[name] = self._interval.get(name, 0) + value
-        self._totals[name] = self._totals.get(name, 0) + value
-
-    def _tier_sums(self) -> dict[str, int]:
-        rows = self.store.stats().tiers
-        return {f"tier_{name}": sum(int(getattr(row, name)) for row in rows) for name in _TIER_COUNTERS}
-
-    def _tier_deltas(self) -> dict[str, int]:
-        """The tiers' error counts since the last call (read at most once a second: a disk tier
-        answers its stats with SQLite queries)."""
-        now = time.monotonic()
-        if now - self._tier_read_at < _TIER_READ_SECONDS:
-            return {}
-        self._tier_read_at = now
-        deltas = {}
-        for name, total in self._tier_sums().items():
-            deltas[name] = total - self._tier_totals.get(name, 0)
-            self._tier_totals[name] = total
-        return deltas
+                self.counters.add(name, value)
 
     def get_ec_connector_stats(self) -> VisionCacheECStats | None:
         """This interval's counters, with the tiers' error counts since the last call."""
-        for name, delta in self._tier_deltas().items():
-            if delta:
-                self._interval[name] = self._interval.get(name, 0) + delta
-        if not any(self._interval.values()):
-            return None
-        stats, self._interval = VisionCacheECStats(data=dict(self._interval)), {}
-        return stats
+        interval = self.counters.take_interval()
+        return None if interval is None else VisionCacheECStats(data=interval)
 
     def totals(self) -> dict[str, float]:
         """Every counter since start-up (this half of the connector), tiers' counts included."""
-        totals = dict(self._totals)  # tier counts reported by the workers, plus this half's own
-        for name, value in self._tier_sums().items():
-            totals[name] = totals.get(name, 0) + value
-        return totals
+        return self.counters.totals()
 
     def snapshot(self) -> CacheStats:
         """Since start-up, as a visioncache snapshot: ``visioncache.metrics.register_metrics(
         connector)`` exports it as ``visioncache_*`` metrics where the engine runs in-process (a
         server's /metrics shows the ``vllm:visioncache_ec_*`` counters instead)."""
-        totals = self._totals
+        count = self.counters.get
         return self.store.snapshot(
-            hits=int(totals.get("hits", 0)),
-            misses=int(totals.get("misses", 0)),
-            encoded=int(totals.get("encoded_items", 0)),
-            seconds_saved=float(totals.get("seconds_saved", 0.0)),
+            hits=int(count("hits")),
+            misses=int(count("misses")),
+            encoded=int(count("encoded_items")),
+            seconds_saved=count("seconds_saved"),
         )
 
     @classmethod
@@ -316,7 +248,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
                 counts.saved_bytes += tensor.nbytes
             else:
                 counts.saves_dropped += 1
-        for name, delta in self._tier_deltas().items():  # earlier steps' background writes
+        for name, delta in self.counters.tier_deltas().items():  # earlier steps' background writes
             setattr(counts, name, delta)
         return counts
 

@@ -3,6 +3,6 @@
 import os
 
 if os.environ.get("VISIONCACHE_TEST_ENCODER_LOG"):
-    from tests.vllm_ec.encoder_counter import install
+    from tests.vllm_ec.encoder_counter import install_on_import
 
-    install()
+    install_on_import()

@@ -14,13 +14,14 @@ import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from blake3 import blake3
 
 from visioncache.errors import ConfigurationError
-from visioncache.fingerprint import fingerprint
+from visioncache.fingerprint import fingerprint, stable_json
 
-__all__ = ["VALUE_FORMAT", "namespace_for", "weights_digest"]
+__all__ = ["VALUE_FORMAT", "engine_namespace", "namespace_for", "weights_digest"]
 
 # Bump when the layout of a stored encoder output changes.
 VALUE_FORMAT = "visioncache.vllm-ec/v1"
@@ -91,3 +92,29 @@ def namespace_for(
         f"vllm={engine_version}",
     ]
     return f"vllm-ec/{fingerprint(parts)}"
+
+
+def model_directory(model_config: Any) -> str:
+    """The local directory of vLLM's ``--model`` (a path, or a repository in the local HF cache)."""
+    model = str(model_config.model)
+    if os.path.isdir(model):
+        return model
+    from huggingface_hub import snapshot_download
+
+    return str(snapshot_download(model, revision=model_config.revision, local_files_only=True))
+
+
+def engine_namespace(vllm_config: Any, engine_versions: str) -> str:
+    """The namespace of a vLLM deployment, from its ``VllmConfig`` and the engine's versions."""
+    model_config = vllm_config.model_config
+    hf_config = model_config.hf_config.to_dict()
+    for volatile in ("_name_or_path", "transformers_version"):
+        hf_config.pop(volatile, None)
+    return namespace_for(
+        model_directory=model_directory(model_config),
+        model_config_json=stable_json(hf_config),
+        processor_kwargs_json=stable_json(model_config.mm_processor_kwargs or {}),
+        dtype=str(model_config.dtype),
+        hash_algorithm=str(getattr(model_config.multimodal_config, "mm_hasher_algorithm", "blake3")),
+        engine_version=engine_versions,
+    )
