@@ -15,18 +15,18 @@ from visioncache.tiers.stats import ChainStats
 __all__ = ["TIER_COUNTERS", "ConnectorCounters"]
 
 TIER_COUNTERS = ("errors", "corrupt", "unverified", "skipped")
-_TIER_READ_SECONDS = 1.0
 
 
 class ConnectorCounters:
     """Counters of one half of the connector (not thread-safe: each half runs on one thread)."""
 
-    def __init__(self, chain_stats: Callable[[], ChainStats]) -> None:
+    def __init__(self, chain_stats: Callable[[], ChainStats], *, tier_read_seconds: float = 1.0) -> None:
         self._chain_stats = chain_stats
+        self._tier_read_seconds = tier_read_seconds
         self._interval: dict[str, float] = {}
         self._totals: dict[str, float] = {}
         self._tier_totals: dict[str, int] = {}
-        self._tier_read_at = -_TIER_READ_SECONDS
+        self._tier_read_at = -tier_read_seconds
 
     def add(self, name: str, value: float) -> None:
         self._interval[name] = self._interval.get(name, 0) + value
@@ -42,7 +42,7 @@ class ConnectorCounters:
     def tier_deltas(self) -> dict[str, int]:
         """The tiers' counts since the last call; empty if the last read was under a second ago."""
         now = time.monotonic()
-        if now - self._tier_read_at < _TIER_READ_SECONDS:
+        if now - self._tier_read_at < self._tier_read_seconds:
             return {}
         self._tier_read_at = now
         deltas = {}
