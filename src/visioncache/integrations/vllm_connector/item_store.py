@@ -2,7 +2,7 @@
 
 This is the connector's one adapter to visioncache's core (tiers, keys, serialisation), kept
 small so the core can change under it. A key is the item's identifier (vLLM's ``mm_hash``, LoRA
-prefix included) hashed in its own domain, inside the namespace of the deployment (`namespace`).
+prefix included) as a `visioncache.ContentId`, inside the namespace of the deployment (`namespace`).
 Values are the encoder output tensor and the seconds it cost, stored as safetensors + JSON
 (bf16 exact, never pickled), checked by a digest or an HMAC on every read.
 """
@@ -13,8 +13,9 @@ import re
 from typing import Any
 
 import torch
-from blake3 import blake3
 
+from visioncache import ContentId, compute_image_hash
+from visioncache.content_id import MAX_CONTENT_ID_CHARS
 from visioncache.integrations.vllm_connector.config import ConnectorConfig
 from visioncache.keys import KeyBuilder
 from visioncache.stats import CacheStats
@@ -27,7 +28,6 @@ from visioncache.tiers.stats import ChainStats
 __all__ = ["LEVEL", "ItemStore", "build_chain", "is_engine_hash"]
 
 LEVEL = "vllm-ec"
-_ITEM_ID_DOMAIN = "visioncache/vllm-item-id/v1"
 # vLLM's own item hashes: hex blake3/sha256 (64) or sha512 (128), after an optional "lora_name:".
 _ENGINE_HASH = re.compile(r"(?:[^:]+:)?(?:[0-9a-f]{64}|[0-9a-f]{128})")
 
@@ -74,11 +74,15 @@ class ItemStore:
 
     def cacheable(self, identifier: str) -> bool:
         """Client-chosen identifiers name content only by the client's word: skipped unless trusted."""
+        if len(identifier) > MAX_CONTENT_ID_CHARS or not identifier.strip():
+            return False
         return self._trust_client_uuids or is_engine_hash(identifier)
 
     def key(self, identifier: str) -> str:
-        digest = blake3(identifier.encode("utf-8", "surrogatepass"), derive_key_context=_ITEM_ID_DOMAIN)
-        return self._keys.image_key(LEVEL, digest.digest())
+        """vLLM's identifier is an ID for content vLLM hashed: visioncache's `ContentId`, whose
+        digest has a domain of its own (it never equals the digest of any bytes, file or URL)."""
+        digest = bytes.fromhex(compute_image_hash(ContentId(identifier)))
+        return self._keys.image_key(LEVEL, digest)
 
     def load(
         self, identifier: str, *, num_embeds: int | None, dtype: torch.dtype
