@@ -301,7 +301,8 @@ def _warn_unsigned(names: list[str]) -> None:
     _warned_unsigned = True
     warnings.warn(
         f"shared tier(s) {names} have no HMAC secret: anyone who can write to them can plant values "
-        "that every reader serves; set VISIONCACHE_HMAC_SECRET (or TierChain(secrets=[...]))",
+        "that every reader serves; give the cache a secret (TierChain(secrets=[...]), "
+        "VISIONCACHE_HMAC_SECRET, or your integration's secret setting)",
         UnsignedTierWarning,
         stacklevel=3,
     )
