@@ -9,13 +9,21 @@ always give the same fingerprint (no memory addresses, no dict-order dependence)
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Iterable
+from pathlib import Path
 
 from blake3 import blake3
 
 from visioncache.identity import frame
 
-__all__ = ["fingerprint", "stable_json"]
+__all__ = ["WEIGHT_SUFFIXES", "fingerprint", "stable_json", "weights_digest"]
+
+# Files that hold model weights, in the formats torch, mlx and llama.cpp checkpoints use.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".npz", ".gguf")
+_weights_memo: dict[tuple[tuple[str, int, int], ...], str] = {}
+_weights_lock = threading.Lock()
 
 
 def stable_json(value: object) -> str:
@@ -32,3 +40,33 @@ def fingerprint(parts: Iterable[str | bytes], *, hex_chars: int = 64) -> str:
     for part in parts:
         hasher.update(frame(part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part))
     return hasher.hexdigest()[:hex_chars]
+
+
+def weights_digest(
+    directory: str | os.PathLike[str], suffixes: tuple[str, ...] = WEIGHT_SUFFIXES
+) -> str | None:
+    """A digest of every weight file under ``directory`` (relative names and contents), or None
+    if it holds none. Random or fine-tuned weights with the same config differ here, where a model
+    name or a config would not. Memoised per process by the files' (path, size, mtime_ns), so an
+    engine's processes and restarts within one process hash once."""
+    root = Path(directory)
+    files = (
+        sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(suffixes))
+        if root.is_dir()
+        else []
+    )
+    if not files:
+        return None
+    stamps = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
+    with _weights_lock:
+        if stamps in _weights_memo:
+            return _weights_memo[stamps]
+    parts = []
+    for path in files:
+        hasher = blake3(max_threads=blake3.AUTO)
+        hasher.update_mmap(path)
+        parts.append(f"{path.relative_to(root).as_posix()}:{hasher.hexdigest()}")
+    digest = fingerprint(parts)
+    with _weights_lock:
+        _weights_memo[stamps] = digest
+    return digest

@@ -11,56 +11,30 @@ outputs). Equal deployments derive equal namespaces on every host and across res
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from blake3 import blake3
-
 from visioncache.errors import ConfigurationError
 from visioncache.fingerprint import fingerprint, stable_json
+from visioncache.fingerprint import weights_digest as fingerprint_weights
 
 __all__ = ["VALUE_FORMAT", "engine_namespace", "namespace_for", "weights_digest"]
 
 # Bump when the layout of a stored encoder output changes.
 VALUE_FORMAT = "visioncache.vllm-ec/v1"
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 _CONFIG_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
-_CHUNK = 8 * 2**20
-_memo: dict[tuple[object, ...], str] = {}
-_memo_lock = threading.Lock()
-
-
-def _weight_files(directory: Path) -> list[Path]:
-    return sorted(
-        path for path in directory.rglob("*") if path.is_file() and path.name.endswith(_WEIGHT_SUFFIXES)
-    )
 
 
 def weights_digest(directory: str | os.PathLike[str]) -> str:
-    """blake3 over every weight file's relative name and bytes; memoised per process by the files'
-    (name, size, mtime_ns), so the scheduler and a worker in one process hash once."""
-    root = Path(directory)
-    files = _weight_files(root) if root.is_dir() else []
-    if not files:
+    """`visioncache.fingerprint.weights_digest` of the model directory; a clear start-up error
+    when it holds no weight files."""
+    digest = fingerprint_weights(directory)
+    if digest is None:
         raise ConfigurationError(
-            f"VisionCacheECConnector: no weight files under {str(root)!r} to derive the cache namespace "
-            "from; set 'namespace' in ec_connector_extra_config to name the weights yourself"
+            f"VisionCacheECConnector: no weight files under {str(directory)!r} to derive the cache "
+            "namespace from; set 'namespace' in ec_connector_extra_config to name the weights yourself"
         )
-    identity = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
-    with _memo_lock:
-        if identity in _memo:
-            return _memo[identity]
-    hasher = blake3(max_threads=blake3.AUTO)
-    for path in files:
-        hasher.update(str(path.relative_to(root)).encode() + b"\0")
-        with path.open("rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                hasher.update(chunk)
-    digest = hasher.hexdigest()
-    with _memo_lock:
-        _memo[identity] = digest
     return digest
 
 

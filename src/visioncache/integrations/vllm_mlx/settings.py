@@ -9,15 +9,12 @@ several servers never serves features computed under another model or preprocess
 from __future__ import annotations
 
 import argparse
-import functools
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from blake3 import blake3
-
 from visioncache import ConfigurationError, VisionEmbeddingCache
-from visioncache.fingerprint import fingerprint
+from visioncache.fingerprint import weights_digest
 from visioncache.integrations.mlx_vlm import cache_namespace
 from visioncache.values import parse_byte_size
 
@@ -98,30 +95,13 @@ def weights_identity(settings: VisionCacheSettings) -> str:
     if settings.model_id is not None:
         return settings.model_id
     assert settings.model_path is not None  # __post_init__ guarantees one of the two
-    directory = Path(settings.model_path).resolve()
-    files = sorted(path for path in directory.glob("*") if path.suffix in _WEIGHT_SUFFIXES)
-    if not directory.is_dir() or not files:
+    digest = weights_digest(Path(settings.model_path).resolve(), _WEIGHT_SUFFIXES)
+    if digest is None:
         raise ConfigurationError(
             f"cannot identify the weights of {settings.model_path!r}: no weight files in a local "
             "directory; name them with --vision-cache-model-id (e.g. org/name@revision)"
         )
-    return _weight_files_digest(tuple((str(path), *_stamp(path)) for path in files))
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    status = path.stat()
-    return status.st_size, status.st_mtime_ns
-
-
-@functools.cache
-def _weight_files_digest(files: tuple[tuple[str, int, int], ...]) -> str:
-    digests = []
-    for name, _, _ in files:
-        path = Path(name)
-        hasher = blake3(max_threads=blake3.AUTO)
-        hasher.update_mmap(path)
-        digests.append(f"{path.name}:{hasher.hexdigest()}")
-    return "weights:" + fingerprint(digests, hex_chars=32)
+    return "weights:" + digest[:32]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
