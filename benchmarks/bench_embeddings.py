@@ -88,8 +88,15 @@ def bench_throughput(seconds: float) -> list[tuple[str, ...]]:
             detail = f"{ratio:.2f}x of 1 thread"
             if threads == 8:
                 detail += f" (blake3 alone: {floor[8] / floor[1]:.2f}x)"
-            rows.append((f"hits/s, {label}, {threads} thread(s)", f"{rate:,.0f}", detail,
-                         ">= 0.8x" if threads == 8 else "", verdict))  # fmt: skip
+            rows.append(
+                (
+                    f"hits/s, {label}, {threads} thread(s)",
+                    f"{rate:,.0f}",
+                    detail,
+                    ">= 0.8x" if threads == 8 else "",
+                    verdict,
+                )
+            )
     return rows
 
 
@@ -116,8 +123,15 @@ def bench_single_flight() -> list[tuple[str, ...]]:
         worker.join()
     wall = time.perf_counter() - started
     ok = len(calls) == 1 and wall < 0.3
-    return [("16 threads, one new image, 200 ms encode", f"{len(calls)} encode(s)",
-             f"wall {wall * 1e3:.0f} ms", "1 encode, ~200 ms", "ok" if ok else "MISSED")]  # fmt: skip
+    return [
+        (
+            "16 threads, one new image, 200 ms encode",
+            f"{len(calls)} encode(s)",
+            f"wall {wall * 1e3:.0f} ms",
+            "1 encode, ~200 ms",
+            "ok" if ok else "MISSED",
+        )
+    ]
 
 
 def bench_latency_vs_size() -> list[tuple[str, ...]]:
@@ -139,10 +153,15 @@ def bench_latency_vs_size() -> list[tuple[str, ...]]:
     times = interleaved_medians({str(n): (lambda n=n: lookup(n)) for n in caches}, rounds=20000)
     smallest = times[str(10**2)]
     return [
-        (f"hit latency, {int(n):,} entries", f"{t * 1e6:.1f} us", f"{t / smallest:.2f}x of 100 entries",
-         "<= 1.2x" if int(n) == 10**5 else "", "ok" if t / smallest <= 1.2 else "MISSED")
+        (
+            f"hit latency, {int(n):,} entries",
+            f"{t * 1e6:.1f} us",
+            f"{t / smallest:.2f}x of 100 entries",
+            "<= 1.2x" if int(n) == 10**5 else "",
+            "ok" if t / smallest <= 1.2 else "MISSED",
+        )
         for n, t in times.items()
-    ]  # fmt: skip
+    ]
 
 
 def bench_encode_batch() -> list[tuple[str, ...]]:
@@ -164,9 +183,15 @@ def bench_encode_batch() -> list[tuple[str, ...]]:
     }
     ok = len(calls) == 1 and sorted(calls[0]) == sorted(wanted) and len(calls[0]) == len(wanted)
     ok = ok and [len(r) for r in results] == [4] * 32
-    return [("encode_batch 32x4 from 40, half cached", f"{len(calls)} call(s)",
-             f"{len(calls[0])} images sent, {len(wanted)} distinct missing", "1 call, exact set",
-             "ok" if ok else "MISSED")]  # fmt: skip
+    return [
+        (
+            "encode_batch 32x4 from 40, half cached",
+            f"{len(calls)} call(s)",
+            f"{len(calls[0])} images sent, {len(wanted)} distinct missing",
+            "1 call, exact set",
+            "ok" if ok else "MISSED",
+        )
+    ]
 
 
 def main() -> int:

@@ -41,12 +41,26 @@ TOWERS: dict[str, dict[str, dict[str, Any]]] = {
         "tiny": dict(depth=2, embed_dim=64, num_heads=4, hidden_size=64, mlp_ratio=4),
     },
     "qwen2_5_vl": {
-        "full": dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=1536,
-                     fullatt_block_indexes=[7, 15, 23, 31], window_size=112),
-        "tiny": dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64,
-                     fullatt_block_indexes=[1, 3], window_size=112),
+        "full": dict(
+            depth=32,
+            hidden_size=1280,
+            intermediate_size=3420,
+            num_heads=16,
+            out_hidden_size=1536,
+            fullatt_block_indexes=[7, 15, 23, 31],
+            window_size=112,
+        ),
+        "tiny": dict(
+            depth=4,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=4,
+            out_hidden_size=64,
+            fullatt_block_indexes=[1, 3],
+            window_size=112,
+        ),
     },
-}  # fmt: skip
+}
 
 
 def build_tower(family: str, size: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
@@ -110,10 +124,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
     tower = build_tower(args.family, args.vision, getattr(torch, args.dtype), device)
     processor = image_processor()
-    counts = {count: measure_count(photo_jpegs(count), tower, processor, device, args.repeats)
-              for count in args.counts}  # fmt: skip
-    return {"device": describe_device(device), "family": args.family, "vision": args.vision,
-            "dtype": args.dtype, "image_processor": type(processor).__name__, "counts": counts}  # fmt: skip
+    counts = {
+        count: measure_count(photo_jpegs(count), tower, processor, device, args.repeats)
+        for count in args.counts
+    }
+    return {
+        "device": describe_device(device),
+        "family": args.family,
+        "vision": args.vision,
+        "dtype": args.dtype,
+        "image_processor": type(processor).__name__,
+        "counts": counts,
+    }
 
 
 def measure_count(
@@ -175,19 +197,36 @@ def describe_device(device: torch.device) -> str:
 
 def print_report(results: dict[str, Any], command: str) -> None:
     print(f"$ {command}")
-    print(f"{results['device']} | {results['family']} {results['vision']} tower, {results['dtype']}, "
-          f"{results['image_processor']}")  # fmt: skip
-    header = ("images", "preprocess", "encode", "hit (host->dev)", "hit (on dev)", "(pre+enc)/hit",
-              "enc/hit", "(pre+enc)/hit on dev", "MB/image")  # fmt: skip
+    print(
+        f"{results['device']} | {results['family']} {results['vision']} tower, {results['dtype']}, "
+        f"{results['image_processor']}"
+    )
+    header = (
+        "images",
+        "preprocess",
+        "encode",
+        "hit (host->dev)",
+        "hit (on dev)",
+        "(pre+enc)/hit",
+        "enc/hit",
+        "(pre+enc)/hit on dev",
+        "MB/image",
+    )
     rows = [header]
     for count, row in results["counts"].items():
-        rows.append((str(count), f"{row['preprocess_ms_per_image']:.2f} ms",
-                     f"{row['encode_ms_per_image']:.2f} ms",
-                     f"{row['hit_host_ms_per_image']:.3f} ms", f"{row['hit_device_ms_per_image']:.3f} ms",
-                     f"{row['ratio_preprocess_plus_encode_over_hit_host']:,.0f}x",
-                     f"{row['ratio_encode_over_hit_host']:,.0f}x",
-                     f"{row['ratio_preprocess_plus_encode_over_hit_device']:,.0f}x",
-                     f"{row['bytes_per_image'] / 1e6:.2f}"))  # fmt: skip
+        rows.append(
+            (
+                str(count),
+                f"{row['preprocess_ms_per_image']:.2f} ms",
+                f"{row['encode_ms_per_image']:.2f} ms",
+                f"{row['hit_host_ms_per_image']:.3f} ms",
+                f"{row['hit_device_ms_per_image']:.3f} ms",
+                f"{row['ratio_preprocess_plus_encode_over_hit_host']:,.0f}x",
+                f"{row['ratio_encode_over_hit_host']:,.0f}x",
+                f"{row['ratio_preprocess_plus_encode_over_hit_device']:,.0f}x",
+                f"{row['bytes_per_image'] / 1e6:.2f}",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for row in rows:
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
@@ -201,8 +240,11 @@ def main() -> int:
     parser.add_argument("--vision", choices=("full", "tiny"), default="full" if cuda else "tiny")
     parser.add_argument("--family", choices=tuple(TOWERS), default="qwen2_vl")
     parser.add_argument("--dtype", default="bfloat16" if cuda else "float32")
-    parser.add_argument("--counts", type=lambda text: [int(n) for n in text.split(",")],
-                        default=[1, 4, 16] if cuda else [1, 4])  # fmt: skip
+    parser.add_argument(
+        "--counts",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 4, 16] if cuda else [1, 4],
+    )
     parser.add_argument("--repeats", type=int, default=10 if cuda else 3)
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()

@@ -17,10 +17,25 @@ ROOT = Path(__file__).parents[1]
 def test_bench_gpu_script_on_cpu(tmp_path: Path) -> None:
     report = tmp_path / "gpu.json"
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--device", "cpu", "--vision", "tiny",
-         "--counts", "2", "--repeats", "1", "--json", str(report)],
-        capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_gpu.py"),
+            "--device",
+            "cpu",
+            "--vision",
+            "tiny",
+            "--counts",
+            "2",
+            "--repeats",
+            "1",
+            "--json",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     assert "(pre+enc)/hit" in completed.stdout
     row = json.loads(report.read_text())["counts"]["2"]
     assert row["tokens_per_image"] == 999  # 1024x768 -> 36x28 merged patches after resizing

@@ -101,13 +101,24 @@ def test_clear_empties_levels_and_resets_stats(make_png):
 def test_stats_dict_has_every_reference_key():
     stats = VisionEmbeddingCache().get_stats()
     reference_keys = {
-        "pixel_cache_hits", "pixel_cache_misses", "pixel_hit_rate", "encoding_cache_hits",
-        "encoding_cache_misses", "encoding_hit_rate", "total_time_saved", "total_images_processed",
-        "pixel_cache_size", "pixel_only_cache_size", "encoding_cache_size",
-    }  # fmt: skip
+        "pixel_cache_hits",
+        "pixel_cache_misses",
+        "pixel_hit_rate",
+        "encoding_cache_hits",
+        "encoding_cache_misses",
+        "encoding_hit_rate",
+        "total_time_saved",
+        "total_images_processed",
+        "pixel_cache_size",
+        "pixel_only_cache_size",
+        "encoding_cache_size",
+    }
     assert reference_keys <= stats.keys()
     assert set(VisionCacheStats().to_dict()) == reference_keys - {
-        "pixel_cache_size", "pixel_only_cache_size", "encoding_cache_size"}  # fmt: skip
+        "pixel_cache_size",
+        "pixel_only_cache_size",
+        "encoding_cache_size",
+    }
 
 
 def test_mlx_and_torch_arrays_come_back_as_the_same_objects(make_png):
@@ -296,8 +307,11 @@ def test_invalid_configuration_is_rejected():
 
 def test_namespace_and_salt_separate_entries(make_png):
     image = make_png(1)
-    caches = [VisionEmbeddingCache(namespace="m1"), VisionEmbeddingCache(namespace="m2"),
-              VisionEmbeddingCache(namespace="m1", salt="tenant-a")]  # fmt: skip
+    caches = [
+        VisionEmbeddingCache(namespace="m1"),
+        VisionEmbeddingCache(namespace="m2"),
+        VisionEmbeddingCache(namespace="m1", salt="tenant-a"),
+    ]
     keys = {cache.key("pixel", [image], "p") for cache in caches}
     assert len(keys) == 3
 

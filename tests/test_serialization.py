@@ -16,13 +16,36 @@ from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCa
 from visioncache.errors import CorruptEntryError, UnserializableValueError
 from visioncache.serialization import dumps, loads
 
-NUMPY_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                "float16", "float32", "float64", "complex64"]  # fmt: skip
-TORCH_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-                torch.float16, torch.bfloat16, torch.float32, torch.float64,
-                torch.float8_e4m3fn, torch.float8_e5m2]  # fmt: skip
-MLX_DTYPES = [mx.bool_, mx.uint8, mx.int32, mx.int64, mx.float16, mx.bfloat16, mx.float32,
-              mx.float64]  # fmt: skip
+NUMPY_DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+]
+TORCH_DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+]
+MLX_DTYPES = [mx.bool_, mx.uint8, mx.int32, mx.int64, mx.float16, mx.bfloat16, mx.float32, mx.float64]
 
 
 def round_trip(tree: Any, **options: Any) -> Any:
@@ -93,8 +116,7 @@ def test_entry_dataclasses_round_trip() -> None:
     pixel_only = PixelOnlyCacheEntry(pixel_values=torch.zeros(2, 2, dtype=torch.bfloat16))
     encoding = EncodingCacheEntry(logits=np.zeros(5), first_token=42, logprobs=np.full(5, -1.5))
     result = round_trip([pixel, pixel_only, encoding])
-    assert [type(entry) for entry in result] == [PixelCacheEntry, PixelOnlyCacheEntry,
-                                                 EncodingCacheEntry]  # fmt: skip
+    assert [type(entry) for entry in result] == [PixelCacheEntry, PixelOnlyCacheEntry, EncodingCacheEntry]
     assert np.array_equal(result[0].pixel_values, pixel.pixel_values)
     assert torch.equal(result[0].input_ids, pixel.input_ids)
     assert result[0].attention_mask is None
@@ -123,10 +145,9 @@ def test_nested_tree_keeps_container_types_and_scalars() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [object(), {1: "int key"}, np.array(["a"], dtype=object), torch.zeros(2).to_sparse(),
-     {1, 2}],
+    [object(), {1: "int key"}, np.array(["a"], dtype=object), torch.zeros(2).to_sparse(), {1, 2}],
     ids=["object", "int-key", "object-dtype", "sparse", "set"],
-)  # fmt: skip
+)
 def test_unsupported_values_raise(value: Any) -> None:
     with pytest.raises(UnserializableValueError):
         dumps({"ok": np.zeros(1), "bad": value})
@@ -191,8 +212,13 @@ def forged(skeleton: Any, version: str = "1") -> bytes:
     """A blob with a valid (unkeyed) digest, as anyone with write access could make it."""
     text = json.dumps(skeleton)
     digest = serialization._digest(None, "", text, {})
-    metadata = {"format": "visioncache.tree", "version": version, "skeleton": text,
-                "auth": "none", "digest": digest.hex()}  # fmt: skip
+    metadata = {
+        "format": "visioncache.tree",
+        "version": version,
+        "skeleton": text,
+        "auth": "none",
+        "digest": digest.hex(),
+    }
     return safetensors.numpy.save({}, metadata=metadata)
 
 

@@ -13,9 +13,16 @@ from visioncache.values import copy_containers, parse_byte_size, tree_nbytes
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("512MiB", 512 * 2**20), ("2GiB", 2 * 2**30), ("1.5GB", 1_500_000_000), ("10", 10), ("64k", 65536),
-     (4096, 4096), (None, None)],
-)  # fmt: skip
+    [
+        ("512MiB", 512 * 2**20),
+        ("2GiB", 2 * 2**30),
+        ("1.5GB", 1_500_000_000),
+        ("10", 10),
+        ("64k", 65536),
+        (4096, 4096),
+        (None, None),
+    ],
+)
 def test_parse_byte_size(text, expected):
     assert parse_byte_size(text) == expected
 

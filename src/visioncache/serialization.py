@@ -53,10 +53,8 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "register_dataclass"]
 FORMAT = "visioncache.tree"
 FORMAT_VERSION = 1
 _MAX_DEPTH = 64  # a deeper tree is almost surely a cycle; refuse it rather than overflow the stack
-_NUMPY_DTYPES = frozenset(
-    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "float32", "float64", "complex64"]
-)  # fmt: skip
+_INTEGERS = [f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64)]
+_NUMPY_DTYPES = frozenset(["bool", *_INTEGERS, "float16", "float32", "float64", "complex64"])
 # Dtypes numpy lacks travel as their bit patterns; the skeleton records the real dtype.
 _BIT_PATTERNS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 _DATACLASSES: dict[str, type[Any]] = {}

@@ -70,10 +70,20 @@ class RedisProcess:
     def start(self) -> None:
         assert REDIS_SERVER is not None
         self.process = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         import redis
 
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5)
@@ -145,9 +155,25 @@ class RedisClusterProcesses:
         assert REDIS_SERVER is not None and REDIS_CLI is not None
         for port in self.ports:
             config = str(self.directory / f"nodes-{port}.conf")
-            command = [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                       "--cluster-config-file", config, "--cluster-node-timeout", "2000",
-                       "--save", "", "--appendonly", "no", "--dir", str(self.directory)]  # fmt: skip
+            command = [
+                REDIS_SERVER,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                config,
+                "--cluster-node-timeout",
+                "2000",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ]
             process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.processes.append(process)
         deadline = time.monotonic() + timeout

@@ -76,8 +76,10 @@ class _Engine:
         times.add(preprocess=encode_start - start, preprocessed=0 if entry is not None else len(images))
         pixel_values = inputs.pop("pixel_values", None)
         device = self.model.device
-        inputs = {name: value.to(device) if isinstance(value, torch.Tensor) else value
-                  for name, value in inputs.items()}  # fmt: skip
+        inputs = {
+            name: value.to(device) if isinstance(value, torch.Tensor) else value
+            for name, value in inputs.items()
+        }
         if pixel_values is not None:
             # The vision tower runs outside the forward so its time is measured on its own; this
             # is what transformers' forward does with pixel_values (same logits).

@@ -44,9 +44,11 @@ def add_parser(subparsers: Any) -> None:
     )
     model.add_argument("--dtype", choices=tuple(TOLERANCES), default="float32", help="model dtype (float32)")
     model.add_argument(
-        "--engine", choices=("transformers", "mlx"), default="transformers",
+        "--engine",
+        choices=("transformers", "mlx"),
+        default="transformers",
         help="run the models with transformers (torch) or mlx-vlm (mlx) (transformers)",
-    )  # fmt: skip
+    )
     model.add_argument(
         "--device", default="cpu", help="torch device of the transformers engine, e.g. cuda (cpu)"
     )
