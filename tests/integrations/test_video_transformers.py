@@ -6,7 +6,6 @@ odd frame count (the last temporal patch padded) and an image + video mix, withi
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from tests.integrations.video_reference import (  # noqa: E402
     reference_inputs,
 )
 from visioncache import VisionEmbeddingCache  # noqa: E402
+from visioncache.bench.video_workload import mp4_bytes  # noqa: E402
 from visioncache.errors import (  # noqa: E402
     InvalidImageError,
     PlaceholderMismatchError,
@@ -98,15 +98,7 @@ def test_batch_of_requests_encodes_shared_patches_once(family_model: Any) -> Non
 
 
 def _video_file(frames: list[np.ndarray], fps: int = 4) -> bytes:
-    buffer = io.BytesIO()
-    with av.open(buffer, "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.height, stream.width = frames[0].shape[:2]
-        stream.pix_fmt = "yuv420p"
-        for frame in frames:
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
-        container.mux(stream.encode())
-    return buffer.getvalue()
+    return mp4_bytes(frames, fps)
 
 
 def test_video_file_is_decoded_once_and_then_known_by_its_bytes(tmp_path: Path) -> None:

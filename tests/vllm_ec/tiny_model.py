@@ -21,16 +21,8 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
-SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<unk>",
-]
+from visioncache.bench.vocabulary import SPECIAL_TOKENS
+
 WORDS = [
     "system",
     "user",
@@ -99,7 +91,7 @@ CHAT_TEMPLATE = (
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + WORDS + FILLER)}
+    vocab = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *WORDS, *FILLER])}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     wrapped = PreTrainedTokenizerFast(
@@ -109,7 +101,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         pad_token="<|endoftext|>",
         chat_template=CHAT_TEMPLATE,
     )
-    wrapped.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:7]})
+    wrapped.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[1:7])})
     return wrapped
 
 

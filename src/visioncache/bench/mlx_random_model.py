@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Literal
 
+from visioncache.bench.vocabulary import SPECIAL_TOKENS
 from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
 
 __all__ = [
@@ -31,16 +32,6 @@ __all__ = [
 Family = Literal["qwen2_vl", "qwen2_5_vl"]
 Size = Literal["tiny", "full"]
 
-SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<unk>",
-)
 # Enough plain words that chat templates and the model's random answers are mostly words.
 WORDS = (
     *("describe", "the", "image", "what", "is", "in", "this", "picture", "a", "cat", "dog", "user"),

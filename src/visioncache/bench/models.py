@@ -33,6 +33,7 @@ from transformers import (
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from visioncache.bench.vocabulary import SPECIAL_TOKENS
 from visioncache.errors import ConfigurationError
 
 __all__ = ["FAMILIES", "VISION_SIZES", "build_offline_model", "build_tokenizer", "load_model"]
@@ -40,16 +41,6 @@ __all__ = ["FAMILIES", "VISION_SIZES", "build_offline_model", "build_tokenizer",
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 VISION_SIZES = ("tiny", "full")
 
-SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<unk>",
-)
 # Words of the chat prompts the bench and the tests send; any other word tokenises to <unk>.
 WORDS = (
     "user",
