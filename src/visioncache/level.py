@@ -56,11 +56,10 @@ class Level:
         if entry is not None:  # the hit path: no list, no tier
             self.store.record_hit(entry.cost)
             return entry.value
-        loaded = self._read_tiers([key])[0]
+        (loaded,) = self._read_through([key])
         if loaded is None:
             self.store.record(misses=1)
             return None
-        self.store.put(key, loaded[0], cost=loaded[1])
         self.store.record(hits=1, time_saved=loaded[1])
         return loaded[0]
 
@@ -79,15 +78,23 @@ class Level:
             else:
                 time_saved += entry.cost
         found = 0
-        for index, loaded in zip(missing, self._read_tiers([keys[index] for index in missing]), strict=True):
+        loaded_entries = self._read_through([keys[index] for index in missing])
+        for index, loaded in zip(missing, loaded_entries, strict=True):
             if loaded is not None:
-                self.store.put(keys[index], loaded[0], cost=loaded[1])
                 values[index] = loaded[0]
                 time_saved += loaded[1]
                 found += 1
         hits = len(keys) - len(missing) + found
         self.store.record(hits=hits, misses=len(keys) - hits, time_saved=time_saved)
         return values
+
+    def _read_through(self, keys: list[str]) -> list[tuple[Any, float] | None]:
+        """`_read_tiers` for keys missing from memory, storing each tier hit in memory."""
+        loaded = self._read_tiers(keys)
+        for key, entry in zip(keys, loaded, strict=True):
+            if entry is not None:
+                self.store.put(key, entry[0], cost=entry[1])
+        return loaded
 
     def _read_tiers(self, keys: list[str]) -> list[tuple[Any, float] | None]:
         if not keys or self.tiers is None or not self.store.enabled:

@@ -196,10 +196,7 @@ class TierChain:
         try:
             blob = dumps(tree, secret=self._secrets[0], context=key)
         except Exception as error:  # any failure to serialise must not fail the request
-            logger.warning("not storing %s in shared tiers: %r", key, error)
-            with self._lock:
-                self._unserializable += 1
-            return False
+            return self._not_stored(key, error)
         self._register_namespaces()
         name = self.tier_keys(key)[0]
         stored = [self._put_job(tier, name, blob, "writes")() for tier in self._guarded]
@@ -211,26 +208,22 @@ class TierChain:
         envelope = {"value": value, "cost": float(cost)}
         if self._writer is None:
             return self.save(key, envelope)
-        try:
-            nbytes = tree_nbytes(value)
-        except Exception:
-            nbytes = -1
-        if nbytes < 0:
-            with self._lock:
-                self._unserializable += 1
-            return False
 
         def prepare() -> Job:
             snapshot = host_snapshot(envelope)
             return lambda: self.save(key, snapshot)
 
         try:
-            return self._writer.submit(nbytes, prepare)
-        except Exception as error:  # e.g. a leaf that cannot be copied
-            logger.warning("not storing %s in shared tiers: %r", key, error)
-            with self._lock:
-                self._unserializable += 1
-            return False
+            return self._writer.submit(tree_nbytes(value), prepare)
+        except Exception as error:  # a leaf that cannot be sized or copied
+            return self._not_stored(key, error)
+
+    def _not_stored(self, key: str, error: Exception) -> bool:
+        """Count a value the tiers cannot hold; the caller still has it, the request goes on."""
+        logger.warning("not storing %s in shared tiers: %r", key, error)
+        with self._lock:
+            self._unserializable += 1
+        return False
 
     def _put_job(self, tier: GuardedTier, name: str, blob: bytes, counter: str) -> Callable[[], bool]:
         def job() -> bool:
