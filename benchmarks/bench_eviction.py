@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from visioncache.store import Store
+from visioncache.store.store import Store
 
 from _timing import print_table
 

@@ -31,7 +31,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from visioncache.store import Store
+from visioncache.store.store import Store
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier

@@ -42,7 +42,7 @@ from PIL import Image
 
 from visioncache import VisionEmbeddingCache  # step 1: was vllm_mlx.vision_embedding_cache
 from visioncache.bench.mlx_random_model import build_random_model, chat_prompt
-from visioncache.integrations.mlx_vlm import cache_namespace, prepare_inputs_with_features
+from visioncache.integrations.mlx_vlm.adapter import cache_namespace, prepare_inputs_with_features
 
 MODEL_NAME = "random-weights-qwen2-vl-tiny"  # names the weights; a real engine: repo id + revision
 

@@ -23,7 +23,7 @@ from visioncache.bench.report import (
 )
 from visioncache.bench.workload import build_workload, chat_prompt
 from visioncache.stats import CacheStats
-from visioncache.store import StoreStats
+from visioncache.store.store import StoreStats
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from visioncache.bench.video_workload import (
     WINDOW,
     build_video_workloads,
 )
-from visioncache.integrations.video_clip import VideoFrames, VideoSettings, frame_digest
+from visioncache.integrations.video.clip import VideoFrames, VideoSettings, frame_digest
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import pytest
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.memory import MemoryTier
-from visioncache.values import tree_nbytes
+from visioncache.trees import tree_nbytes
 
 THREADS = 8
 OPERATIONS_PER_THREAD = 12_600  # > 100k in all

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from visioncache.counters import ThreadCounters
-from visioncache.store import Store
+from visioncache.store.counters import ThreadCounters
+from visioncache.store.store import Store
 
 
 def run_threads(count: int, work) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from visioncache import ConfigurationError, VisionEmbeddingCache
-from visioncache.store import PutResult, Store
+from visioncache.store.store import PutResult, Store
 
 PIXELS = (1000, 0.022)  # bytes, seconds: large and cheap to recompute (decode + preprocess)
 EMBEDDING = (300, 3.0)  # small and expensive (a vision-encoder forward)

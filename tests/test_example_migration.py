@@ -16,7 +16,7 @@ from PIL import Image  # noqa: E402
 
 from visioncache import VisionEmbeddingCache  # noqa: E402
 from visioncache.bench.mlx_random_model import build_random_model, chat_prompt  # noqa: E402
-from visioncache.integrations.mlx_vlm import cache_namespace  # noqa: E402
+from visioncache.integrations.mlx_vlm.adapter import cache_namespace  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reference_engine_migration.py"
 

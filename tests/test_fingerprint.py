@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from visioncache.fingerprint import fingerprint, stable_json, weights_digest
+from visioncache.integrations.fingerprint import fingerprint, stable_json, weights_digest
 
 
 def test_parts_are_framed_and_json_is_stable() -> None:

@@ -30,7 +30,7 @@ from visioncache import (
     compute_image_hash,
 )
 from visioncache.errors import InvalidArgumentError, PinMismatchError
-from visioncache.store import Store
+from visioncache.store.store import Store
 
 IMAGES = [encode_image(random_image(seed)) for seed in range(4)]
 A, B, C, D = IMAGES

@@ -17,7 +17,7 @@ from visioncache import (
     compute_image_hash,
     compute_images_hash,
 )
-from visioncache.identity import ImageHasher
+from visioncache.identity.hasher import ImageHasher
 
 
 def test_same_bytes_as_path_bytes_data_url_and_pathlike_share_a_digest(photo_jpeg, settled_file):
@@ -199,7 +199,7 @@ def test_empty_list_hash_is_no_images():
 # ---- base64 decoded in place ---------------------------------------------------------------------
 @pytest.mark.parametrize("text", ["data:x;base64,QUJD", "é-not ascii,QUJD", "short"])
 def test_ascii_tail_is_the_slice(text):
-    from visioncache.ascii_view import ascii_tail
+    from visioncache.identity.base64_view import ascii_tail
 
     for start in range(len(text) + 1):
         tail = ascii_tail(text, start)
@@ -208,7 +208,7 @@ def test_ascii_tail_is_the_slice(text):
 
 
 def test_data_url_payload_is_not_copied_out_of_the_url(make_png, monkeypatch):
-    import visioncache.identity as identity
+    import visioncache.identity.hasher as identity
 
     decoded_types = []
     real_decode = identity.pybase64.b64decode

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from visioncache import ImageTooLargeError, InvalidImageError, compute_image_hash
-from visioncache.identity import ImageHasher
+from visioncache.identity.hasher import ImageHasher
 
 CHILD_SECONDS = 60
 
@@ -27,7 +27,7 @@ def digest_in_child(setup: str, call: str) -> str:
         f"""
         import os, resource
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-        from visioncache.identity import ImageHasher
+        from visioncache.identity.hasher import ImageHasher
         hasher = ImageHasher(max_image_bytes=1 << 20)
         {setup}
         try:
@@ -145,7 +145,7 @@ def test_regression_percent_encoded_data_url_is_size_checked_before_decoding(mon
     decoded = []
     real_unquote = __import__("urllib.parse").parse.unquote_to_bytes
     monkeypatch.setattr(
-        "visioncache.identity.unquote_to_bytes", lambda s: decoded.append(1) or real_unquote(s)
+        "visioncache.identity.hasher.unquote_to_bytes", lambda s: decoded.append(1) or real_unquote(s)
     )
     hasher = ImageHasher(max_image_bytes=100)
     with pytest.raises(ImageTooLargeError):

@@ -11,7 +11,7 @@ from PIL import Image
 
 from tests.conftest import encode_image, random_image
 from visioncache import ImageTooLargeError, InvalidImageError, compute_image_hash
-from visioncache.identity import ImageHasher
+from visioncache.identity.hasher import ImageHasher
 
 MODES = ["1", "L", "P", "PA", "LA", "La", "F", "I", "I;16", "I;16B", "RGB", "RGBA", "RGBa", "RGBX"]
 MODES += ["CMYK", "YCbCr", "LAB", "HSV"]
@@ -155,7 +155,7 @@ def test_multi_frame_digest_is_stable_and_not_the_single_frame_digest():
 # ---- size accounting -----------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
 def test_size_check_counts_exactly_the_pixel_bytes(mode: str):
-    from visioncache.pil_identity import pil_pixel_bytes
+    from visioncache.identity.pil import pil_pixel_bytes
 
     image = Image.new(mode, (13, 5))
     exact = len(image.tobytes())

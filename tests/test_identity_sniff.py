@@ -14,7 +14,7 @@ import pytest
 
 from tests.media_samples import MEDIA, media_sample
 from visioncache import UnsupportedImageTypeError, compute_image_hash
-from visioncache.sniff import SNIFF_BYTES, media_kind
+from visioncache.identity.sniff import SNIFF_BYTES, media_kind
 
 
 def ftyp(brand: bytes) -> bytes:

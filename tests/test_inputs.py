@@ -229,7 +229,7 @@ SIGNATURES = [name for name in MEDIA if name not in VIDEO_FORMATS]  # no OpenCV 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(min_size=1, max_size=5000))
 def test_property_payload_without_media_signature_one_digest_base64_refused(payload: bytes):
-    from visioncache.sniff import SNIFF_BYTES, media_kind
+    from visioncache.identity.sniff import SNIFF_BYTES, media_kind
 
     assume(media_kind(payload[:SNIFF_BYTES]) is None)
     with tempfile.TemporaryDirectory() as directory:

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from visioncache.metrics import register_metrics
 from visioncache.stats import LEVELS, CacheStats
-from visioncache.store import StoreStats
+from visioncache.store.store import StoreStats
 from visioncache.tiers.stats import ChainStats, TierStats
 
 

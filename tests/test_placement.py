@@ -17,7 +17,7 @@ from tests.conftest import encode_image, random_image
 from visioncache import VisionEmbeddingCache, compute_image_hash
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.memory import MemoryTier
-from visioncache.values import tree_nbytes
+from visioncache.trees import tree_nbytes
 
 IMAGES = [encode_image(random_image(seed)) for seed in range(300, 306)]
 

@@ -11,10 +11,10 @@ import pytest
 import safetensors.numpy
 import torch
 
-from visioncache import serialization
+from visioncache.tiers import serialization
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
 from visioncache.errors import CorruptEntryError, UnserializableValueError
-from visioncache.serialization import dumps, loads
+from visioncache.tiers.serialization import dumps, loads
 
 NUMPY_DTYPES = [
     "bool",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from visioncache.store import PutResult, Store
+from visioncache.store.store import PutResult, Store
 
 
 def array(nbytes: int) -> np.ndarray:

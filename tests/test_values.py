@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from visioncache import ConfigurationError
-from visioncache.values import copy_containers, parse_byte_size, tree_nbytes
+from visioncache.trees import copy_containers, parse_byte_size, tree_nbytes
 
 
 @pytest.mark.parametrize(

@@ -27,17 +27,17 @@ from visioncache.errors import (
     UnsupportedInputTypeError,
     describe_input,
 )
-from visioncache.identity import DEFAULT_MAX_IMAGE_BYTES, ImageHasher
-from visioncache.keys import DEFAULT_NAMESPACE, ImageKeys, KeyBuilder, is_image_sequence
+from visioncache.identity.hasher import DEFAULT_MAX_IMAGE_BYTES, ImageHasher
+from visioncache.identity.keys import DEFAULT_NAMESPACE, ImageKeys, KeyBuilder, is_image_sequence
 from visioncache.level import Level, as_results
 from visioncache.reference_levels import ReferenceLevels, forward_to
 from visioncache.stats import CacheStats, VisionCacheStats
-from visioncache.store import Store
+from visioncache.store.store import Store
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.config import chain_from_spec
+from visioncache.trees import parse_byte_size, tree_nbytes
 from visioncache.validation import Expectation, batch_validator
-from visioncache.values import parse_byte_size, tree_nbytes
 
 __all__ = ["VisionEmbeddingCache"]
 

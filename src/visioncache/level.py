@@ -25,9 +25,9 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from visioncache.errors import EncoderOutputError, describe_input
-from visioncache.store import PutResult, Store, StoreStats
+from visioncache.store.store import PutResult, Store, StoreStats
 from visioncache.tiers.chain import TierChain
-from visioncache.values import leaf_device, place_on
+from visioncache.trees import leaf_device, place_on
 
 __all__ = ["Level", "Validator", "as_results"]
 

@@ -18,7 +18,7 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFam
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from visioncache.stats import CacheStats
-from visioncache.store import StoreStats
+from visioncache.store.store import StoreStats
 from visioncache.tiers.stats import ChainStats, TierStats
 
 __all__ = ["VisionCacheCollector", "register_metrics"]

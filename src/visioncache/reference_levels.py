@@ -17,10 +17,10 @@ from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
-from visioncache.keys import ImageKeys
+from visioncache.identity.keys import ImageKeys
 from visioncache.level import Level
-from visioncache.store import PutResult
-from visioncache.values import copy_containers
+from visioncache.store.store import PutResult
+from visioncache.trees import copy_containers
 
 __all__ = ["ReferenceLevels", "forward_to"]
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from visioncache.store import StoreStats
+from visioncache.store.store import StoreStats
 from visioncache.tiers.stats import ChainStats
 
 __all__ = ["LEVELS", "CacheStats", "VisionCacheStats", "hit_rate"]

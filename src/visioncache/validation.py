@@ -13,7 +13,7 @@ from typing import Any
 
 from visioncache.errors import InvalidArgumentError, UnsupportedInputTypeError, describe_input
 from visioncache.level import Validator
-from visioncache.values import token_count
+from visioncache.trees import token_count
 
 __all__ = ["Expectation", "batch_validator"]
 

@@ -1,4 +1,4 @@
-"""visioncache.integrations.mlx_vlm on real mlx-vlm architectures with tiny random weights (mlx-cpu).
+"""visioncache.integrations.mlx_vlm.adapter on real mlx-vlm architectures with tiny random weights (mlx-cpu).
 
 A hit must give the model exactly what a miss gives: the tests compare logits bit for bit and
 greedy tokens against mlx-vlm without visioncache, with the cache disabled, cold and warm, and

@@ -20,7 +20,7 @@ from PIL import Image  # noqa: E402
 from visioncache import VisionEmbeddingCache  # noqa: E402
 from visioncache.bench.models import build_offline_model  # noqa: E402
 from visioncache.errors import ConfigurationError  # noqa: E402
-from visioncache.integrations.transformers import (  # noqa: E402
+from visioncache.integrations.transformers.adapter import (  # noqa: E402
     CachedVisionModel,
     PlaceholderMismatchError,
     model_namespace,
@@ -182,6 +182,6 @@ def test_unsupported_family_is_a_configuration_error() -> None:
 
 def test_missing_hf_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "transformers.modeling_outputs", None)
-    monkeypatch.delitem(sys.modules, "visioncache.integrations.transformers")
+    monkeypatch.delitem(sys.modules, "visioncache.integrations.transformers.adapter")
     with pytest.raises(ImportError, match=r"pip install 'visioncache\[hf\]'"):
-        importlib.import_module("visioncache.integrations.transformers")
+        importlib.import_module("visioncache.integrations.transformers.adapter")

@@ -18,8 +18,8 @@ import torch
 from PIL import Image
 from transformers.video_utils import VideoMetadata
 
-from visioncache.integrations.hf_video_pixels import clip_pixels
-from visioncache.integrations.video_clip import VideoFrames, VideoSettings
+from visioncache.integrations.transformers.video_pixels import clip_pixels
+from visioncache.integrations.video.clip import VideoFrames, VideoSettings
 
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from visioncache.errors import ConfigurationError
-from visioncache.serialization import dumps
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.memory import MemoryTier
 from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_name
+from visioncache.tiers.serialization import dumps
 
 KEY = "0123456789abcdef/embedding/" + "cd" * 32
 VALUE = np.arange(12, dtype=np.float32).reshape(3, 4)

@@ -24,12 +24,12 @@ import torch
 from tests.conftest import encode_image, random_image
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache, compute_image_hash
 from visioncache.errors import CorruptEntryError
-from visioncache.keys import DEFAULT_NAMESPACE, KeyBuilder
-from visioncache.serialization import FORMAT, FORMAT_VERSION, loads
+from visioncache.identity.keys import DEFAULT_NAMESPACE, KeyBuilder
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.memory import MemoryTier
 from visioncache.tiers.redis import RedisTier
+from visioncache.tiers.serialization import FORMAT, FORMAT_VERSION, loads
 
 REPOSITORY = Path(__file__).parents[2]
 JOIN_SECONDS = 60.0

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from tests.tiers.conftest import VALUE, FakeClock, key
-from visioncache.keys import KeyBuilder
+from visioncache.identity.keys import KeyBuilder
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.redis import RedisTier
 

@@ -16,7 +16,7 @@ from tests.conftest import encode_image, random_image
 from tests.tiers.conftest import VALUE, FakeClock, free_port, key
 from visioncache import VisionEmbeddingCache
 from visioncache.cli import main
-from visioncache.keys import KeyBuilder
+from visioncache.identity.keys import KeyBuilder
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.redis import RedisTier
 

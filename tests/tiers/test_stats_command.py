@@ -10,7 +10,7 @@ import pytest
 
 from visioncache.cli import main
 from visioncache.errors import ConfigurationError
-from visioncache.keys import KeyBuilder
+from visioncache.identity.keys import KeyBuilder
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier

@@ -104,7 +104,7 @@ def warm_up(llm: Any) -> None:
 def evict_after_load() -> None:
     """Delete every entry from its tiers right after the scheduler has read it: as if another
     process evicted it between ``has_cache_item`` and the worker's step."""
-    from visioncache.integrations.vllm_connector.item_store import ItemStore
+    from visioncache.integrations.vllm.item_store import ItemStore
 
     original = ItemStore.load
 

@@ -6,8 +6,8 @@ import pytest
 
 from tests.vllm_ec.conftest import EngineRunner, ec_config
 from visioncache.errors import ConfigurationError
-from visioncache.integrations.vllm_connector.config import ConnectorConfig
-from visioncache.integrations.vllm_connector.item_store import is_engine_hash
+from visioncache.integrations.vllm.config import ConnectorConfig
+from visioncache.integrations.vllm.item_store import is_engine_hash
 
 
 def test_a_full_configuration_parses() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.vllm_ec.conftest import EngineRunner, copy_tier, ec_config
 from tests.vllm_ec.workload import MAIN
-from visioncache.keys import KeyBuilder
+from visioncache.identity.keys import KeyBuilder
 from visioncache.tiers.disk import DiskTier
 
 DISTINCT = MAIN.distinct + 1  # the workload's images and the warm-up image

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from visioncache.integrations.vllm_connector.counters import ConnectorCounters
-from visioncache.integrations.vllm_connector.staging import VerifiedItems
+from visioncache.integrations.vllm.counters import ConnectorCounters
+from visioncache.integrations.vllm.staging import VerifiedItems
 from visioncache.tiers.stats import ChainStats, TierStats
 
 

@@ -19,7 +19,7 @@ from visioncache.bench.mlx_random_model import (
     build_random_model,
     checkpoint_config,
 )
-from visioncache.integrations.mlx_imports import import_mlx
+from visioncache.integrations.mlx_vlm.imports import import_mlx
 
 __all__ = ["QWEN2_VL_CHAT_TEMPLATE", "save_model_dir"]
 

@@ -43,10 +43,10 @@ from visioncache.bench.mlx_random_model import build_random_model, chat_prompt
 from visioncache.cache import VisionEmbeddingCache
 from visioncache.entries import PixelOnlyCacheEntry
 from visioncache.errors import ConfigurationError
-from visioncache.integrations.mlx_features import encode_pixel_entries, feature_check, run_vision_tower
-from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
-from visioncache.integrations.mlx_processing import preprocess_images
-from visioncache.integrations.mlx_vlm import cache_namespace, inputs_from_features
+from visioncache.integrations.mlx_vlm.adapter import cache_namespace, inputs_from_features
+from visioncache.integrations.mlx_vlm.features import encode_pixel_entries, feature_check, run_vision_tower
+from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
+from visioncache.integrations.mlx_vlm.processing import preprocess_images
 from visioncache.stats import CacheStats
 
 __all__ = ["IMAGE_PLACEHOLDER", "MODES", "MlxPipeline", "RequestResult", "build_random_model"]

@@ -13,7 +13,7 @@ import importlib
 from typing import Any, Literal
 
 from visioncache.bench.vocabulary import SPECIAL_TOKENS
-from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
+from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
 
 __all__ = [
     "IMAGE_MEAN",

@@ -20,8 +20,8 @@ from transformers import PreTrainedModel, ProcessorMixin
 from visioncache import VisionEmbeddingCache
 from visioncache.bench.report import ModeResult
 from visioncache.bench.workload import Workload, chat_prompt
-from visioncache.integrations.hf_images import ImageInput, load_pil_image
-from visioncache.integrations.transformers import CachedVisionModel, StageTimes, model_namespace
+from visioncache.integrations.transformers.adapter import CachedVisionModel, StageTimes, model_namespace
+from visioncache.integrations.transformers.images import ImageInput, load_pil_image
 
 __all__ = ["IMAGE_PLACEHOLDER", "MODES", "run_modes"]
 

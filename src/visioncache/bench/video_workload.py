@@ -18,8 +18,8 @@ import numpy as np
 from PIL import Image
 
 from visioncache.bench.workload import ANSWER, QUESTIONS, sample_photos
-from visioncache.integrations.video_clip import VideoFrames, VideoInput, VideoSettings
-from visioncache.integrations.video_decode import VideoStream, decode_frames, sample_indices
+from visioncache.integrations.video.clip import VideoFrames, VideoInput, VideoSettings
+from visioncache.integrations.video.decode import VideoStream, decode_frames, sample_indices
 
 __all__ = ["WORKLOADS", "VideoRequest", "VideoWorkload", "build_video_workloads", "video_prompt"]
 

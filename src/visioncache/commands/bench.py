@@ -68,7 +68,7 @@ def add_parser(subparsers: Any) -> None:
         help="a short workload for CI: "
         + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items()),
     )
-    from visioncache.bench.video_command import add_video_arguments
+    from visioncache.commands.bench_video import add_video_arguments
 
     add_video_arguments(parser)
     output = parser.add_argument_group("output")
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("--video runs on the transformers engine only")
     run_modes, model, processor = _build_engine(args)
     if args.video:
-        from visioncache.bench.video_command import run_video
+        from visioncache.commands.bench_video import run_video
 
         tolerance = args.tolerance if args.tolerance is not None else TOLERANCES[args.dtype]
         return run_video(args, model, processor, tolerance, _print_table)

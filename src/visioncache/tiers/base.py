@@ -1,6 +1,6 @@
 """The tier interface: a byte store addressed by str keys, below the in-memory store.
 
-A tier stores opaque blobs (what `visioncache.serialization.dumps` produced); it never interprets
+A tier stores opaque blobs (what `visioncache.tiers.serialization.dumps` produced); it never interprets
 them, so every tier can be checked by one contract test suite. A tier raises on a failure (I/O,
 network, a lock it could not take within its timeout); `visioncache.tiers.chain.TierChain` catches
 and counts it, and a circuit breaker then skips the tier for a while, so a failing tier never

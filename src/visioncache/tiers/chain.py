@@ -40,14 +40,14 @@ from typing import Any
 from blake3 import blake3
 
 from visioncache.errors import ConfigurationError, CorruptEntryError, UnverifiableEntryError
-from visioncache.serialization import dumps, loads
 from visioncache.tiers.base import Tier
 from visioncache.tiers.breaker import CircuitBreaker
 from visioncache.tiers.guard import GuardedTier
 from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_record
+from visioncache.tiers.serialization import dumps, loads
 from visioncache.tiers.stats import ChainStats
 from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter, Job
-from visioncache.values import host_snapshot, tree_nbytes
+from visioncache.trees import host_snapshot, tree_nbytes
 
 __all__ = ["DEFAULT_MAX_PENDING_WRITE_BYTES", "TierChain", "UnsignedTierWarning"]
 

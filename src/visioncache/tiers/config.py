@@ -16,7 +16,7 @@ from visioncache.errors import ConfigurationError
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import DEFAULT_MAX_PENDING_WRITE_BYTES, TierChain
 from visioncache.tiers.disk import DiskTier
-from visioncache.values import parse_byte_size
+from visioncache.trees import parse_byte_size
 
 __all__ = ["ENV_PREFIX", "chain_from_env", "chain_from_spec"]
 

@@ -13,7 +13,7 @@ operation raise, which the chain counts as a tier failure.
 Nothing read from the directory is ever unpickled: `BytesOnlyDisk` stores only ``bytes`` values
 under ``str`` keys, and refuses to decode anything else it finds (a value some other program
 pickled into the directory reads as a corrupt entry, not as an object). A truncated or altered
-blob is returned as stored; `visioncache.serialization.loads` detects it and the chain deletes it.
+blob is returned as stored; `visioncache.tiers.serialization.loads` detects it and the chain deletes it.
 """
 
 from __future__ import annotations

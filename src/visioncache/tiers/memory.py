@@ -1,6 +1,6 @@
 """`MemoryTier`: blobs held in this process, bounded in bytes, least-recently-used first out.
 
-It is the in-memory `visioncache.store.Store` behind the tier interface, so the contract suite
+It is the in-memory `visioncache.store.store.Store` behind the tier interface, so the contract suite
 checks that the byte-level tiers behave like the store the cache itself uses, and tests and
 single-process setups can run a chain without disk or network.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from visioncache.store import Store
+from visioncache.store.store import Store
 
 __all__ = ["MemoryTier"]
 

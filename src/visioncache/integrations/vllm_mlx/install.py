@@ -26,8 +26,8 @@ from types import ModuleType
 from typing import Any
 
 from visioncache import ConfigurationError
-from visioncache.integrations.mlx_features import check_model
-from visioncache.integrations.mlx_processing import check_processor
+from visioncache.integrations.mlx_vlm.features import check_model
+from visioncache.integrations.mlx_vlm.processing import check_processor
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module
 from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics
 from visioncache.integrations.vllm_mlx.prefix_cache import ImageAwarePrefixCache, select_request

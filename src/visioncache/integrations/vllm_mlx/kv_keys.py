@@ -22,7 +22,7 @@ import numpy as np
 from blake3 import blake3
 
 from visioncache import PlaceholderMismatchError
-from visioncache.fingerprint import fingerprint
+from visioncache.integrations.fingerprint import fingerprint
 
 __all__ = ["PrefixKey", "image_run_ids", "prefix_key", "tenant_key"]
 

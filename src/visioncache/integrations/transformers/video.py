@@ -26,9 +26,9 @@ from transformers import PreTrainedModel, ProcessorMixin
 
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError
-from visioncache.integrations.hf_model import DEEPSTACK_FAMILIES, StageTimes
-from visioncache.integrations.hf_video_pixels import patch_pixels, preprocess_frames
-from visioncache.integrations.video_clip import (
+from visioncache.integrations.transformers.model import DEEPSTACK_FAMILIES, StageTimes
+from visioncache.integrations.transformers.video_pixels import patch_pixels, preprocess_frames
+from visioncache.integrations.video.clip import (
     DEFAULT_FPS,
     Clip,
     ClipResolver,

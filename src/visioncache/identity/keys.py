@@ -22,7 +22,7 @@ from visioncache.errors import (
     UnsupportedInputTypeError,
     describe_input,
 )
-from visioncache.identity import ImageHasher, frame
+from visioncache.identity.hasher import ImageHasher, frame
 
 __all__ = ["DEFAULT_NAMESPACE", "KEY_FORMAT_VERSION", "ImageKeys", "KeyBuilder", "is_image_sequence"]
 

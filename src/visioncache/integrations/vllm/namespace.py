@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from visioncache.errors import ConfigurationError
-from visioncache.fingerprint import fingerprint, stable_json
-from visioncache.fingerprint import weights_digest as fingerprint_weights
+from visioncache.integrations.fingerprint import fingerprint, stable_json
+from visioncache.integrations.fingerprint import weights_digest as fingerprint_weights
 
 __all__ = ["VALUE_FORMAT", "engine_namespace", "namespace_for", "weights_digest"]
 
@@ -27,7 +27,7 @@ _CONFIG_FILES = ("preprocessor_config.json", "processor_config.json", "video_pre
 
 
 def weights_digest(directory: str | os.PathLike[str]) -> str:
-    """`visioncache.fingerprint.weights_digest` of the model directory; a clear start-up error
+    """`visioncache.integrations.fingerprint.weights_digest` of the model directory; a clear start-up error
     when it holds no weight files."""
     digest = fingerprint_weights(directory)
     if digest is None:

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from visioncache import ConfigurationError, PixelOnlyCacheEntry, PlaceholderMismatchError
-from visioncache.fingerprint import fingerprint, stable_json
-from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
+from visioncache.integrations.fingerprint import fingerprint, stable_json
+from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
 
 __all__ = [
     "SUPPORTED_PROCESSORS",

@@ -17,7 +17,7 @@ from typing import Any
 
 from visioncache.bench.video_workload import SAMPLE_FPS, WORKLOADS, build_video_workloads
 from visioncache.errors import ConfigurationError
-from visioncache.integrations.video_clip import VideoSettings
+from visioncache.integrations.video.clip import VideoSettings
 
 __all__ = ["add_video_arguments", "run_video"]
 

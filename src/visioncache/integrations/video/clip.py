@@ -33,8 +33,8 @@ from visioncache.errors import (
     UnsupportedImageTypeError,
     describe_input,
 )
-from visioncache.fingerprint import fingerprint, stable_json
-from visioncache.integrations.video_decode import (
+from visioncache.integrations.fingerprint import fingerprint, stable_json
+from visioncache.integrations.video.decode import (
     VideoSource,
     VideoStream,
     decode_frames,

@@ -15,11 +15,11 @@ from typing import Any
 import torch
 
 from visioncache import ContentId, compute_image_hash
-from visioncache.content_id import MAX_CONTENT_ID_CHARS
-from visioncache.integrations.vllm_connector.config import ConnectorConfig
-from visioncache.keys import KeyBuilder
+from visioncache.identity.content_id import MAX_CONTENT_ID_CHARS
+from visioncache.identity.keys import KeyBuilder
+from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.stats import CacheStats
-from visioncache.store import StoreStats
+from visioncache.store.store import StoreStats
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier

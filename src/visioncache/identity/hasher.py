@@ -27,18 +27,18 @@ import numpy as np
 import pybase64
 from blake3 import blake3
 
-from visioncache.ascii_view import ascii_tail
-from visioncache.content_id import ContentId
 from visioncache.errors import (
     ImageTooLargeError,
     InvalidImageError,
     UnsupportedImageTypeError,
     describe_input,
 )
-from visioncache.framing import domain_key, frame
-from visioncache.path_memo import PathDigestMemo
-from visioncache.pil_identity import pil_digest
-from visioncache.sniff import SNIFF_BYTES, media_kind
+from visioncache.identity.base64_view import ascii_tail
+from visioncache.identity.content_id import ContentId
+from visioncache.identity.framing import domain_key, frame
+from visioncache.identity.path_memo import PathDigestMemo
+from visioncache.identity.pil import pil_digest
+from visioncache.identity.sniff import SNIFF_BYTES, media_kind
 
 __all__ = ["ACCEPTED_INPUTS", "DEFAULT_MAX_IMAGE_BYTES", "DIGEST_SIZE", "ImageHasher", "frame"]
 

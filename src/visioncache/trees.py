@@ -3,7 +3,7 @@
 A tree is an array leaf (numpy, torch, mlx: anything with an integer ``nbytes``), bytes, a str, a
 plain scalar, or a tuple / list / dict / dataclass of trees. `fold` is the one walker: sizing,
 container copies, token counts, host snapshots, device placement, compaction and serialisation
-(`visioncache.serialization`) are all folds, so they agree on what a container and a leaf are
+(`visioncache.tiers.serialization`) are all folds, so they agree on what a container and a leaf are
 (DESIGN.md principle 3). A bound in bytes means what it says whatever the framework.
 """
 

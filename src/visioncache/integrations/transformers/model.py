@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel, ProcessorMixin
 
 from visioncache.errors import ConfigurationError
-from visioncache.fingerprint import fingerprint, stable_json
+from visioncache.integrations.fingerprint import fingerprint, stable_json
 
 __all__ = [
     "DEEPSTACK_FAMILIES",

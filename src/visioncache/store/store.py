@@ -8,7 +8,7 @@ Every cache level holds one `Store` (DESIGN.md principle 2). Guarantees:
   copied when stored (`values.compact`), so the budget bounds the memory entries keep alive;
 - re-putting a key replaces its value; it evicts another entry only if the new value needs more
   room than the old one left. Which unpinned entry goes first is the policy's choice
-  (`visioncache.eviction`: least-recently-used by default, or cost-aware);
+  (`visioncache.store.eviction`: least-recently-used by default, or cost-aware);
 - a pinned key is never evicted: pins are counted per key, may be taken before the value exists,
   and last until released. When pinned entries fill the budget, new values are rejected rather than
   evicting what running requests use;
@@ -33,11 +33,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from visioncache import forking
-from visioncache.counters import ThreadCounters
 from visioncache.errors import EncoderOutputError, InvalidArgumentError, PinMismatchError, describe_input
-from visioncache.eviction import EvictionPolicy, make_policy
-from visioncache.store_types import Claim, Entry, PutResult, StoreStats
-from visioncache.values import compact, tree_nbytes
+from visioncache.store.counters import ThreadCounters
+from visioncache.store.eviction import EvictionPolicy, make_policy
+from visioncache.store.types import Claim, Entry, PutResult, StoreStats
+from visioncache.trees import compact, tree_nbytes
 
 __all__ = ["Claim", "Entry", "PutResult", "Store", "StoreStats"]
 

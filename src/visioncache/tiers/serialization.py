@@ -45,8 +45,8 @@ from visioncache.errors import (
     UnserializableValueError,
     UnverifiableEntryError,
 )
-from visioncache.identity import frame
-from visioncache.values import Container, fold
+from visioncache.identity.hasher import frame
+from visioncache.trees import Container, fold
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "register_dataclass"]
 

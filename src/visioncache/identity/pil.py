@@ -26,7 +26,7 @@ from typing import Any
 from blake3 import blake3
 
 from visioncache.errors import InvalidImageError, VisionCacheError, describe_input
-from visioncache.framing import domain_key, frame
+from visioncache.identity.framing import domain_key, frame
 
 __all__ = ["pil_digest", "pil_pixel_bytes"]
 

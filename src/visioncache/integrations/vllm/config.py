@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from visioncache.errors import ConfigurationError
-from visioncache.values import parse_byte_size
+from visioncache.trees import parse_byte_size
 
 __all__ = ["ConnectorConfig"]
 

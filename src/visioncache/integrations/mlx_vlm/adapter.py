@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from visioncache import ConfigurationError, PixelOnlyCacheEntry, VisionEmbeddingCache
-from visioncache.integrations.mlx_features import (
+from visioncache.integrations.mlx_vlm.features import (
     SUPPORTED_MODEL_TYPES,
     check_model,
     encode_pixel_entries,
@@ -37,8 +37,8 @@ from visioncache.integrations.mlx_features import (
     model_fingerprint,
     placeholder_pixels,
 )
-from visioncache.integrations.mlx_imports import import_mlx, import_mlx_vlm_utils
-from visioncache.integrations.mlx_processing import (
+from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
+from visioncache.integrations.mlx_vlm.processing import (
     check_processor,
     preprocess_images,
     processor_fingerprint,
@@ -116,7 +116,7 @@ def _check_namespace(cache: VisionEmbeddingCache, processor: Any, model: Any | N
             f"the cache's namespace {cache.namespace!r} does not name this "
             f"{'model and processor' if model is not None else 'processor'} configuration; "
             "build the cache with VisionEmbeddingCache(namespace="
-            "visioncache.integrations.mlx_vlm.cache_namespace(model_name, processor, model))"
+            "visioncache.integrations.mlx_vlm.adapter.cache_namespace(model_name, processor, model))"
         )
 
 
