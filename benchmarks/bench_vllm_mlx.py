@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: the server harness
 
 from openai import OpenAI
 
-from visioncache.bench.vllm_mlx_server import ServerProcess
+from tests.support.vllm_mlx_server import ServerProcess
 from visioncache.bench.workload import ANSWER, Request, Workload, build_workload, sample_images
 
 from _timing import print_table
@@ -103,7 +104,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         if args.model is None:
-            from visioncache.bench.mlx_model_dir import save_model_dir
+            from tests.support.mlx_model_dir import save_model_dir
 
             model_dir = save_model_dir(root / "model")
         else:

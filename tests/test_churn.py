@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.memory_tier import MemoryTier
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.tiers.chain import TierChain
-from visioncache.tiers.memory import MemoryTier
 from visioncache.trees import tree_nbytes
 
 THREADS = 8

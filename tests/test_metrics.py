@@ -87,8 +87,8 @@ def test_write_path_metrics_from_a_real_cache() -> None:
     import numpy as np
 
     from tests.conftest import encode_image, random_image
+    from tests.support.memory_tier import MemoryTier
     from visioncache import VisionEmbeddingCache
-    from visioncache.tiers.memory import MemoryTier
 
     cache, registry = VisionEmbeddingCache(tiers=[MemoryTier(None)]), CollectorRegistry()
     register_metrics(cache, registry)

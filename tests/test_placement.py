@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from tests.conftest import encode_image, random_image
+from tests.support.memory_tier import MemoryTier
 from visioncache import VisionEmbeddingCache, compute_image_hash
 from visioncache.tiers.chain import TierChain
-from visioncache.tiers.memory import MemoryTier
 from visioncache.trees import tree_nbytes
 
 IMAGES = [encode_image(random_image(seed)) for seed in range(300, 306)]

@@ -11,9 +11,9 @@ import pytest
 import safetensors.numpy
 import torch
 
-from visioncache.tiers import serialization
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
 from visioncache.errors import CorruptEntryError, UnserializableValueError
+from visioncache.tiers import serialization
 from visioncache.tiers.serialization import dumps, loads
 
 NUMPY_DTYPES = [

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import encode_image, random_image
+from tests.support.memory_tier import MemoryTier
 from visioncache import VisionEmbeddingCache
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
-from visioncache.tiers.memory import MemoryTier
 from visioncache.tiers.redis import RedisTier
 
 

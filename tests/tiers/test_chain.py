@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.memory_tier import MemoryTier
 from visioncache.errors import ConfigurationError
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
-from visioncache.tiers.memory import MemoryTier
 from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_name
 from visioncache.tiers.serialization import dumps
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.memory_tier import MemoryTier
 from visioncache.tiers.base import Tier
 from visioncache.tiers.disk import DiskTier
-from visioncache.tiers.memory import MemoryTier
 
 KEY = "0123456789abcdef/embedding/" + "ab" * 32
 

@@ -22,12 +22,12 @@ import safetensors.numpy
 import torch
 
 from tests.conftest import encode_image, random_image
+from tests.support.memory_tier import MemoryTier
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache, compute_image_hash
 from visioncache.errors import CorruptEntryError
 from visioncache.identity.keys import DEFAULT_NAMESPACE, KeyBuilder
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
-from visioncache.tiers.memory import MemoryTier
 from visioncache.tiers.redis import RedisTier
 from visioncache.tiers.serialization import FORMAT, FORMAT_VERSION, loads
 

@@ -14,12 +14,12 @@ pytest.importorskip("mlx.core", reason="mlx cannot be imported here (pip install
 pytest.importorskip("vllm_mlx", reason="vllm-mlx is not installed (pip install 'visioncache[vllm-mlx]')")
 pytest.importorskip("openai", reason="the openai client is not installed")
 
-from visioncache.bench.vllm_mlx_server import ServerProcess
+from tests.support.vllm_mlx_server import ServerProcess
 
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from visioncache.bench.mlx_model_dir import save_model_dir
+    from tests.support.mlx_model_dir import save_model_dir
 
     return save_model_dir(tmp_path_factory.mktemp("qwen2-vl-tiny"))
 

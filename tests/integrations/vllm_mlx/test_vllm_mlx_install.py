@@ -147,7 +147,7 @@ def test_flags_size_and_tier_the_engine_cache(tmp_path: Path) -> None:
 def qwen25(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
     from mlx_vlm.utils import load
 
-    from visioncache.bench.mlx_model_dir import save_model_dir
+    from tests.support.mlx_model_dir import save_model_dir
 
     path = save_model_dir(tmp_path_factory.mktemp("qwen2.5-vl-tiny"), "qwen2_5_vl")
     model, processor = load(str(path))

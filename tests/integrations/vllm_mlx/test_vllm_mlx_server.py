@@ -2,7 +2,7 @@
 the stock server, through the real ``openai`` client on loopback.
 
 Both servers record every vision-tower call and every emitted token with its top log-probs
-(`visioncache.bench.vllm_mlx_server`); the tests compare those records request by request.
+(`tests.support.vllm_mlx_server`); the tests compare those records request by request.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.integrations.vllm_mlx.chat import (
     turn_images,
     user_message,
 )
-from visioncache.bench.vllm_mlx_server import ServerProcess
+from tests.support.vllm_mlx_server import ServerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ keyed by the request's prompt and images). The recording wraps only methods the 
 leaves alone (the tower, ``MLLMBatchGenerator.insert`` / ``next``), so both servers are measured
 by the same code.
 
-Run by `ServerProcess`: ``python -m visioncache.bench.vllm_mlx_server RECORD stock|visioncache
+Run by `ServerProcess`: ``python -m tests.support.vllm_mlx_server RECORD stock|visioncache
 MODEL [flags]``.
 """
 
@@ -107,6 +107,9 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -129,7 +132,7 @@ class ServerProcess:
         self.command = [
             sys.executable,
             "-m",
-            "visioncache.bench.vllm_mlx_server",
+            "tests.support.vllm_mlx_server",
             str(self.record_path),
             engine,
         ]
@@ -148,6 +151,8 @@ class ServerProcess:
             os.environ, HOME=str(self.root / "home"), TMPDIR=str(self.root / "tmp"), HF_HUB_OFFLINE="1"
         )
         env = {name: value for name, value in env.items() if not name.startswith("VISIONCACHE_")}
+        # ``-m tests.support.vllm_mlx_server`` resolves from the repository root.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
