@@ -245,6 +245,29 @@ def test_defect_10_levels_are_bounded_in_bytes(make_png):
     assert stats["pixel_cache_evictions"] == 2
 
 
+def test_defect_11_a_later_chat_turn_reuses_each_images_encoder_output(make_png):
+    """The reference caches only prompt-keyed pixels: a longer prompt (the next chat turn) misses,
+    and even a hit runs the vision encoder again. The embedding level is per image, whatever the
+    prompt or the other images of the request."""
+    cache = VisionEmbeddingCache()
+    a, b, c = make_png(1), make_png(2), make_png(3)
+    encoded: list[int] = []
+
+    def encode(images):
+        encoded.append(len(images))
+        return [pixels(float(len(encoded))) for _ in images]
+
+    turn_1 = "user: <image><image> compare"
+    store_pixels(cache, [a, b], prompt=turn_1)
+    first = cache.encode_images([a, b], encode)
+    turn_2 = turn_1 + " assistant: ... user: <image> and this one?"
+    assert cache.get_pixel_cache([a, b, c], turn_2) is None  # the prompt-keyed level cannot help
+    second = cache.encode_images([b, a, c], encode)  # another order, one new image
+    assert encoded == [2, 1]  # only c reached the encoder on turn 2
+    assert second[0] is first[1] and second[1] is first[0]
+    assert cache.get_stats()["embedding_cache_hits"] == 2
+
+
 @pytest.mark.parametrize("framework", ["numpy", "torch", "mlx"])
 def test_byte_budget_counts_nbytes_of_every_framework(make_png, framework):
     if framework == "numpy":
