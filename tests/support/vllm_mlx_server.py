@@ -6,7 +6,10 @@ vision-tower calls, so the server process records both itself: every call of the
 tower (with its image count) and every token the batch generator emits (with its top log-probs,
 keyed by the request's prompt and images). The recording wraps only methods the integration
 leaves alone (the tower, ``MLLMBatchGenerator.insert`` / ``next``), so both servers are measured
-by the same code.
+by the same code. The same ``next`` wrapper records which requests each step took from the queue
+(what the engine actually batched) and can hold the queue (`ServerProcess.hold`): while a hold
+for n requests is armed, an idle generator starts nothing until n requests are queued, so a test
+gets requests sent concurrently into ONE step by construction, not by the odds of their timing.
 
 Run by `ServerProcess`: ``python -m tests.support.vllm_mlx_server RECORD stock|visioncache
 MODEL [flags]``.
@@ -23,7 +26,8 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,12 @@ __all__ = ["ENGINES", "ServerProcess", "free_port", "request_key"]
 
 ENGINES = ("stock", "visioncache")
 TOP_LOGPROBS = 5
+HOLD_TIMEOUT_S = 120.0  # a hold whose requests never all arrive is released (and recorded) after this
+
+
+def hold_path(record_path: str | Path) -> Path:
+    """The file that arms a hold: it holds the number of requests to wait for."""
+    return Path(record_path).with_suffix(".hold")
 
 
 def request_key(prompt: str, images: Sequence[Any]) -> str:
@@ -70,6 +80,26 @@ def _instrument(record_path: str) -> None:
     generator = generator_module.MLLMBatchGenerator
     original_insert, original_next = generator.insert, generator.next
     keys: dict[int, str] = {}
+    hold_file, held_since = hold_path(record_path), [0.0]
+
+    def held(self: Any) -> bool:
+        """True while an armed hold waits for more queued requests (an idle generator only)."""
+        if self.active_batch and len(self.active_batch) > 0:
+            return False
+        try:
+            wanted = int(hold_file.read_text())  # written atomically by `ServerProcess.hold`
+        except FileNotFoundError:
+            held_since[0] = 0.0
+            return False
+        held_since[0] = held_since[0] or time.monotonic()
+        timed_out = time.monotonic() - held_since[0] > HOLD_TIMEOUT_S
+        if len(self.unprocessed_requests) < wanted and not timed_out:
+            time.sleep(0.002)  # the event loop still serves requests between steps
+            return True
+        hold_file.unlink(missing_ok=True)
+        held_since[0] = 0.0
+        write({"kind": "hold", "queued": len(self.unprocessed_requests), "timed_out": timed_out})
+        return False
 
     def insert(self: Any, requests: list[Any]) -> list[int]:
         uids: list[int] = original_insert(self, requests)
@@ -78,7 +108,14 @@ def _instrument(record_path: str) -> None:
         return uids
 
     def next_tokens(self: Any) -> list[Any]:
+        if held(self):
+            return []
+        queued = [request.uid for request in self.unprocessed_requests]
         responses: list[Any] = original_next(self)
+        left = {request.uid for request in self.unprocessed_requests}
+        taken = [keys.get(uid) for uid in queued if uid not in left]
+        if taken:
+            write({"kind": "step", "requests": taken})
         for response in responses:
             entry: dict[str, Any] = {"kind": "token", "key": keys.get(response.uid), "token": response.token}
             entry["finish_reason"] = response.finish_reason
@@ -180,6 +217,19 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             return process.wait()
+
+    @contextmanager
+    def hold(self, count: int) -> Iterator[None]:
+        """Within the block, the idle engine starts nothing until ``count`` requests are queued;
+        they are then taken together (if the engine batches them: see the ``step`` records)."""
+        path = hold_path(self.record_path)
+        partial = path.with_suffix(".hold-partial")
+        partial.write_text(str(count))
+        partial.replace(path)  # atomic: the server never reads half a number
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
 
     def get_json(self, path: str) -> Any:
         return json.loads(self.get_text(path))

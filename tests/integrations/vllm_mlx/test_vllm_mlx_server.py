@@ -7,7 +7,6 @@ Both servers record every vision-tower call and every emitted token with its top
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,6 @@ from tests.integrations.vllm_mlx.chat import (
 from tests.support.vllm_mlx_server import ServerProcess
 
 pytestmark = pytest.mark.slow
-
-NO_STOP = {"0": -100.0, "2": -100.0}  # <|endoftext|> and <|im_end|>, the tiny model's stop tokens
 
 
 def engine_stats(server: ServerProcess) -> dict[str, Any]:
@@ -107,30 +104,11 @@ def scrape(server: ServerProcess) -> dict[tuple[str, str], float]:
     return {(s.name, s.labels.get("level", "")): s.value for family in families for s in family.samples}
 
 
-def _with_blocker(server: ServerProcess, requests: list[list[dict[str, Any]]]) -> tuple[Reply, list[Any]]:
-    """Send ``requests`` concurrently while a long request generates, so that vllm-mlx (which starts
-    image requests only when its batch is idle) takes them in ONE scheduler step."""
+def _in_one_step(server: ServerProcess, requests: list[list[dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
+    """Send ``requests`` concurrently, the engine held until all are queued (`ServerProcess.hold`),
+    so that they reach ONE scheduler step by construction; the replies (or the client's errors)
+    and the steps that took them (each the list of its requests' keys), as the engine recorded."""
     client = client_for(server.base_url)
-    started = threading.Event()
-    blocker_messages = [
-        {"role": "system", "content": SYSTEM},
-        user_message("describe the image", image_url(299)),
-    ]
-
-    def block() -> Reply:
-        stream = client.chat.completions.create(
-            model="model",
-            messages=blocker_messages,
-            max_tokens=200,
-            temperature=0.0,
-            stream=True,
-            logit_bias=NO_STOP,  # it must run to max_tokens
-        )
-        finish = ""
-        for chunk in stream:
-            started.set()
-            finish = chunk.choices[0].finish_reason or finish if chunk.choices else finish
-        return Reply("", 0, finish)
 
     def send(messages: list[dict[str, Any]]) -> Any:
         try:
@@ -138,11 +116,10 @@ def _with_blocker(server: ServerProcess, requests: list[list[dict[str, Any]]]) -
         except Exception as error:  # the openai client's APIStatusError for a failed request
             return error
 
-    with ThreadPoolExecutor(len(requests) + 1) as pool:
-        blocker = pool.submit(block)
-        assert started.wait(120), "the blocking request never started"
-        futures = [pool.submit(send, messages) for messages in requests]
-        return blocker.result(), [future.result() for future in futures]
+    steps = len(server.records("step"))
+    with server.hold(len(requests)), ThreadPoolExecutor(len(requests)) as pool:
+        replies = list(pool.map(send, requests))
+    return replies, [entry["requests"] for entry in server.records("step")[steps:]]
 
 
 def test_image_requests_of_one_step_share_one_tower_call(
@@ -155,15 +132,16 @@ def test_image_requests_of_one_step_share_one_tower_call(
     for server in (stock_server, visioncache_server):
         complete(client_for(server.base_url), [user_message("a", cached)], max_tokens=1)
         recording = Recording(server)
-        blocker, replies = _with_blocker(server, requests)
-        assert blocker.finish_reason == "length", "the blocker must outlast the requests' arrival"
+        replies, steps = _in_one_step(server, requests)
+        # Both engines took the four requests in one step (what the assertions below are about).
+        assert [len(step) for step in steps] == [len(requests)], steps
         results[server.engine] = (replies, recording.towers())
     stock_replies, stock_towers = results["stock"]
     replies, towers = results["visioncache"]
     assert all(isinstance(reply, Reply) for reply in replies) and replies == stock_replies
-    assert sorted(stock_towers) == [1, 1, 1, 2, 2]  # the blocker's image, then each request's images
-    # The blocker's image, then ONE call for the step's three distinct missing images.
-    assert towers == [1, 3]
+    assert sorted(stock_towers) == [1, 1, 2, 2]  # stock: one call per request, for all its images
+    # visioncache: ONE call for the step's three distinct missing images.
+    assert towers == [3]
 
 
 def test_bad_inputs_fail_alone_with_the_engines_error(
@@ -177,7 +155,8 @@ def test_bad_inputs_fail_alone_with_the_engines_error(
     requests = [good[0], *([user_message("describe", url)] for url in bad_urls), good[1]]
     results = {}
     for server in (stock_server, visioncache_server):
-        _, replies = _with_blocker(server, requests)
+        replies, steps = _in_one_step(server, requests)
+        assert [len(step) for step in steps] == [len(requests)], steps  # the bad ones among the good
         results[server.engine] = replies
     for stock, ours in zip(results["stock"], results["visioncache"], strict=True):
         if isinstance(stock, Reply):
