@@ -23,7 +23,7 @@ from visioncache.errors import (
 from visioncache.identity import DEFAULT_NAMESPACE, ContentId, compute_image_hash, compute_images_hash
 from visioncache.stats import CacheStats, VisionCacheStats
 from visioncache.store import Store, StoreStats
-from visioncache.tiers.chain import TierChain
+from visioncache.tiers import TierChain, TierSettings
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -42,6 +42,7 @@ __all__ = [
     "Store",
     "StoreStats",
     "TierChain",
+    "TierSettings",
     "UnsupportedImageTypeError",
     "UnsupportedInputTypeError",
     "VisionCacheError",

@@ -36,6 +36,7 @@ from visioncache.store.store import Store
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.config import chain_from_spec
+from visioncache.tiers.settings import TierSettings
 from visioncache.trees import parse_byte_size, tree_nbytes
 from visioncache.validation import Expectation, batch_validator
 
@@ -70,8 +71,9 @@ class VisionEmbeddingCache:
             (GreedyDual-Size) instead of recency.
         embedding_device: where embeddings read from a tier are placed (e.g. ``"cuda:0"``);
             default: the device of the last locally computed embedding, else the CPU.
-        tiers: shared tiers below memory: None (the default: memory only), a `TierChain`, a list
-            of tiers, or ``"env"`` to build them from ``VISIONCACHE_*`` (see `from_env`).
+        tiers: shared tiers below memory: None (the default: memory only), a `TierChain`,
+            `TierSettings`, a list of tiers, or ``"env"`` to build them from ``VISIONCACHE_*``
+            (see `from_env`).
     """
 
     def __init__(
@@ -89,7 +91,7 @@ class VisionEmbeddingCache:
         max_image_bytes: int | str = DEFAULT_MAX_IMAGE_BYTES,
         policy: str = "lru",
         embedding_device: Any = None,
-        tiers: TierChain | Sequence[Tier] | str | None = None,
+        tiers: TierChain | TierSettings | Sequence[Tier] | str | None = None,
     ):
         pixel_entries = _check_entries("max_pixel_entries", max_pixel_entries)
         encoding_entries = _check_entries("max_encoding_entries", max_encoding_entries)
@@ -122,7 +124,7 @@ class VisionEmbeddingCache:
     @classmethod
     def from_env(cls, **kwargs: Any) -> VisionEmbeddingCache:
         """A cache whose tiers come from ``VISIONCACHE_*`` environment variables (see
-        `visioncache.tiers.config.chain_from_env`; none set means memory only)."""
+        `visioncache.tiers.settings.TierSettings.from_env`; none set means memory only)."""
         return cls(tiers="env", **kwargs)
 
     # ---- configuration and lifecycle -----------------------------------------------------------

@@ -26,10 +26,12 @@ def test_a_full_configuration_parses() -> None:
         },
         environ={"VC_SECRETS": "new-secret, old-secret"},
     )
-    assert config.disk_max_bytes == 2 * 2**30
-    assert config.secrets == (b"new-secret", b"old-secret")  # the first signs, both verify
-    assert config.max_pending_write_bytes == 64 * 2**20
-    assert config.redis_cluster and config.retry_interval == 2.0
+    tiers = config.tiers  # visioncache.tiers.TierSettings: the same settings as VISIONCACHE_*
+    assert tiers.disk_max_bytes == 2 * 2**30
+    assert tiers.secrets == (b"new-secret", b"old-secret")  # the first signs, both verify
+    assert tiers.max_pending_write_bytes == 64 * 2**20
+    assert tiers.redis_cluster and tiers.retry_interval == 2.0 and tiers.redis_ttl == 3600
+    assert config.namespace == "ops/qwen2-vl@3" and not config.trust_client_uuids
 
 
 @pytest.mark.parametrize(

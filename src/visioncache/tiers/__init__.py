@@ -1,11 +1,13 @@
 """Shared tiers below memory: local disk and Redis/Valkey, the chain that owns them, the background
-writer and the serialization of array trees. The face of the tiers package: it re-exports (the
-Redis tier lives in `visioncache.tiers.redis`, which needs ``visioncache[redis]``)."""
+writer, the serialization of array trees, and `TierSettings`, the one way to configure them. The
+face of the tiers package: it re-exports (the Redis tier lives in `visioncache.tiers.redis`, which
+needs ``visioncache[redis]``)."""
 
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import DEFAULT_MAX_PENDING_WRITE_BYTES, TierChain, UnsignedTierWarning
 from visioncache.tiers.config import ENV_PREFIX, chain_from_env, chain_from_spec
 from visioncache.tiers.disk import DiskTier
+from visioncache.tiers.settings import TierSettings
 from visioncache.tiers.stats import ChainStats, TierStats
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "DiskTier",
     "Tier",
     "TierChain",
+    "TierSettings",
     "TierStats",
     "UnsignedTierWarning",
     "chain_from_env",

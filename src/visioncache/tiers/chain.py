@@ -40,6 +40,7 @@ from typing import Any
 from blake3 import blake3
 
 from visioncache.errors import ConfigurationError, CorruptEntryError, UnverifiableEntryError
+from visioncache.tiers import defaults
 from visioncache.tiers.base import Tier
 from visioncache.tiers.breaker import CircuitBreaker
 from visioncache.tiers.guard import GuardedTier
@@ -53,7 +54,7 @@ __all__ = ["DEFAULT_MAX_PENDING_WRITE_BYTES", "TierChain", "UnsignedTierWarning"
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_PENDING_WRITE_BYTES = 256 * 2**20
+DEFAULT_MAX_PENDING_WRITE_BYTES = defaults.MAX_PENDING_WRITE_BYTES
 _warned_unsigned = False
 
 
@@ -62,7 +63,11 @@ class UnsignedTierWarning(UserWarning):
 
 
 class TierChain:
-    """Tiers tried in order, each behind a breaker (see the module docstring for the guarantees)."""
+    """Tiers tried in order, each behind a breaker (see the module docstring for the guarantees).
+
+    ``secret_setting`` is how the caller's configuration takes a secret, named by the
+    `UnsignedTierWarning` (`TierSettings` passes its source's spelling).
+    """
 
     def __init__(
         self,
@@ -70,9 +75,10 @@ class TierChain:
         *,
         secrets: Sequence[bytes] = (),
         secret: bytes | None = None,
-        retry_interval: float = 5.0,
-        max_pending_write_bytes: int = DEFAULT_MAX_PENDING_WRITE_BYTES,
+        retry_interval: float = defaults.RETRY_INTERVAL,
+        max_pending_write_bytes: int = defaults.MAX_PENDING_WRITE_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        secret_setting: str = "TierChain(secrets=[...])",
     ) -> None:
         names = [tier.name for tier in tiers]
         if not tiers or len(set(names)) != len(names):
@@ -94,7 +100,7 @@ class TierChain:
         self._registered: set[str] = set()
         self._writer = BackgroundWriter(max_pending_write_bytes) if max_pending_write_bytes else None
         if not accepted and any(getattr(tier, "network", False) for tier in tiers):
-            _warn_unsigned([tier.name for tier in tiers if getattr(tier, "network", False)])
+            _warn_unsigned([tier.name for tier in tiers if getattr(tier, "network", False)], secret_setting)
 
     # ---- keys ----------------------------------------------------------------------------------
     def tier_keys(self, key: str) -> list[str]:
@@ -287,15 +293,14 @@ def _unwrap(envelope: Any) -> tuple[Any, float] | None:
     return envelope["value"], float(cost) if isinstance(cost, int | float) else 0.0
 
 
-def _warn_unsigned(names: list[str]) -> None:
+def _warn_unsigned(names: list[str], secret_setting: str) -> None:
     global _warned_unsigned
     if _warned_unsigned:
         return
     _warned_unsigned = True
     warnings.warn(
         f"shared tier(s) {names} have no HMAC secret: anyone who can write to them can plant values "
-        "that every reader serves; give the cache a secret (TierChain(secrets=[...]), "
-        "VISIONCACHE_HMAC_SECRET, or your integration's secret setting)",
+        f"that every reader serves; set {secret_setting} (docs/tiers.md)",
         UnsignedTierWarning,
         stacklevel=3,
     )

@@ -1,6 +1,6 @@
 """`RedisTier`: blobs in Redis or Valkey, shared by every host.
 
-Every operation has a socket timeout (0.25 s by default) and no client-side retries; a failure
+Every operation has a socket timeout (`defaults.REDIS_TIMEOUT`, 0.25 s) and no client-side retries; a failure
 is raised to `TierChain`, whose circuit breaker then skips the tier for its retry interval, so a
 dead or stalled server costs at most one timeout per interval. Batched reads are one ``MGET`` (a
 standalone server) or one pipeline per node (a cluster: ``mget_nonatomic``). Keys are
@@ -28,6 +28,7 @@ from redis.connection import parse_url
 from redis.retry import Retry
 
 from visioncache.errors import ConfigurationError, CorruptEntryError
+from visioncache.tiers import defaults
 
 __all__ = ["RedisTier"]
 
@@ -41,9 +42,9 @@ class RedisTier:
         self,
         url: str,
         *,
-        key_prefix: str = "visioncache:",
+        key_prefix: str = defaults.REDIS_PREFIX,
         ttl_seconds: int | None = None,
-        socket_timeout: float = 0.25,
+        socket_timeout: float = defaults.REDIS_TIMEOUT,
         cluster: bool = False,
         name: str = "redis",
     ) -> None:

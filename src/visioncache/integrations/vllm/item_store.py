@@ -14,15 +14,13 @@ from typing import Any
 
 import torch
 
-from visioncache import ContentId, compute_image_hash
+from visioncache import ConfigurationError, ContentId, compute_image_hash
 from visioncache.identity.content_id import MAX_CONTENT_ID_CHARS
 from visioncache.identity.keys import KeyBuilder
 from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.stats import CacheStats
 from visioncache.store.store import StoreStats
-from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
-from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.stats import ChainStats
 
 __all__ = ["LEVEL", "ItemStore", "build_chain", "is_engine_hash"]
@@ -38,28 +36,11 @@ def is_engine_hash(identifier: str) -> bool:
 
 
 def build_chain(config: ConnectorConfig) -> TierChain:
-    """The tiers named by ``config``: disk first (local, fast), then Redis/Valkey (shared)."""
-    tiers: list[Tier] = []
-    if config.disk_dir is not None:
-        tiers.append(DiskTier(config.disk_dir, config.disk_max_bytes))
-    if config.redis_url is not None:
-        from visioncache.tiers.redis import RedisTier  # redis-py is the optional [redis] extra
-
-        tiers.append(
-            RedisTier(
-                config.redis_url,
-                key_prefix=config.redis_prefix,
-                ttl_seconds=config.redis_ttl_seconds,
-                socket_timeout=config.redis_timeout,
-                cluster=config.redis_cluster,
-            )
-        )
-    return TierChain(
-        tiers,
-        secrets=config.secrets,
-        retry_interval=config.retry_interval,
-        max_pending_write_bytes=config.max_pending_write_bytes,
-    )
+    """The tiers named by ``config`` (`TierSettings.build_chain`: disk first, then Redis/Valkey)."""
+    chain = config.tiers.build_chain()
+    if chain is None:
+        raise ConfigurationError("the connector needs a tier: set 'disk_dir', 'redis_url' or both")
+    return chain
 
 
 class ItemStore:

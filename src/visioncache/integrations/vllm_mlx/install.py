@@ -184,13 +184,13 @@ def _replacements(installation: Installation) -> dict[str, Any]:
 def install(settings: VisionCacheSettings | None = None, **options: Any) -> Installation:
     """Install the integration into vllm-mlx (every batch generator built afterwards uses it).
 
-    ``settings`` or keyword ``options`` (the fields of `VisionCacheSettings`, e.g.
+    ``settings`` or keyword ``options`` (`VisionCacheSettings.from_options`, e.g.
     ``model_path=...``, ``disk_dir=...``). The vllm-mlx version is checked first; on another
     version nothing is patched and ConfigurationError says which version is supported.
     """
     global _installed
     if settings is None:
-        settings = VisionCacheSettings(**options)
+        settings = VisionCacheSettings.from_options(**options)
     elif options:
         raise ConfigurationError("give settings or keyword options, not both")
     with _lock:

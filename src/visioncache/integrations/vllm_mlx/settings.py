@@ -1,21 +1,24 @@
 """How the engine's visioncache is configured: the ``--vision-cache-*`` flags and the cache they build.
 
 vllm-mlx builds its vision cache with hard-coded settings (``enabled=True, size=100``). Here the
-cache is sized and tiered by the launcher's flags (or `install`'s arguments), and namespaced by the
-model's weights, its mlx-vlm configuration and its processor, so a disk or Redis tier shared by
-several servers never serves features computed under another model or preprocessing.
+cache is sized by the launcher's flags (or `install`'s arguments), tiered by the tier flags of
+`visioncache.tiers.TierSettings` (the same settings as ``VISIONCACHE_*`` and vLLM's connector),
+and namespaced by the model's weights, its mlx-vlm configuration and its processor, so a disk or
+Redis tier shared by several servers never serves features computed under another model or
+preprocessing.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from visioncache import ConfigurationError, VisionEmbeddingCache
 from visioncache.integrations.fingerprint import weights_digest
 from visioncache.integrations.mlx_vlm.adapter import cache_namespace
+from visioncache.tiers import TierSettings
 from visioncache.trees import parse_byte_size
 
 __all__ = ["VisionCacheSettings", "add_arguments", "weights_identity"]
@@ -29,6 +32,7 @@ class VisionCacheSettings:
 
     ``model_id`` names the weights (e.g. ``org/name@revision``); when it is None the weights are
     identified by a blake3 digest of ``model_path``'s weight files (read once at start-up).
+    ``tiers``: the shared tiers (`visioncache.tiers.TierSettings`; none by default).
     """
 
     model_path: str | None = None
@@ -38,25 +42,35 @@ class VisionCacheSettings:
     max_embedding_bytes: str = "2GiB"
     max_pixel_entries: int = 100
     max_pixel_bytes: str = "1GiB"
-    disk_dir: str | None = None
-    disk_max_bytes: str | None = None
-    redis_url: str | None = None
-    tiers_from_env: bool = False
     kv_reuse: bool = True
+    tiers: TierSettings = field(default_factory=TierSettings)
 
     def __post_init__(self) -> None:
         if self.model_path is None and self.model_id is None:
             raise ConfigurationError("name the model's weights: give model_path (a directory) or model_id")
-        for name in ("max_embedding_bytes", "max_pixel_bytes", "disk_max_bytes"):
+        for name in ("max_embedding_bytes", "max_pixel_bytes"):
             parse_byte_size(getattr(self, name), name=name)  # a bad size fails here, at start-up
-        if self.tiers_from_env and (self.disk_dir or self.redis_url):
-            raise ConfigurationError("tiers come either from the environment or from disk_dir/redis_url")
+
+    @classmethod
+    def from_options(cls, **options: Any) -> VisionCacheSettings:
+        """`install`'s keyword options: these fields, plus `TierSettings`' fields for the tiers
+        (``disk_dir=...``, ``redis_url=...``, ``secrets=[...]``) or ``tiers_from_env=True``."""
+        tier_options = {name: options.pop(name) for name in list(options) if name in _TIER_FIELDS}
+        if options.pop("tiers_from_env", False):
+            if tier_options or "tiers" in options:
+                raise ConfigurationError("tiers come either from the environment or from disk_dir/redis_url")
+            options["tiers"] = TierSettings.from_env()
+        elif tier_options:
+            if "tiers" in options:
+                raise ConfigurationError("give tiers=TierSettings(...) or its fields, not both")
+            options["tiers"] = TierSettings(**tier_options, secret_setting="install(secrets=[...])")
+        return cls(**options)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model_path: str | None) -> VisionCacheSettings:
         """Settings from the flags `add_arguments` defined (``args.vision_cache_*``)."""
-        values = {field.name: getattr(args, f"vision_cache_{field.name}") for field in fields(cls)[1:]}
-        return cls(model_path=model_path, **values)
+        values = {name: getattr(args, f"vision_cache_{name}") for name in _OWN_FLAGS}
+        return cls(model_path=model_path, tiers=TierSettings.from_args(args), **values)
 
     def namespace(self, model: Any, processor: Any) -> str:
         """The cache namespace: weights (see `weights_identity`) + model configuration + processor."""
@@ -64,7 +78,6 @@ class VisionCacheSettings:
 
     def build_cache(self, namespace: str) -> VisionEmbeddingCache:
         """The engine's cache under ``namespace``, sized and tiered by these settings."""
-        tiers: Any = "env" if self.tiers_from_env else self._tiers()
         return VisionEmbeddingCache(
             self.max_pixel_entries,
             0,  # the prompt-keyed encoding level is unused: features are cached per image
@@ -73,20 +86,14 @@ class VisionCacheSettings:
             max_pixel_bytes=self.max_pixel_bytes,
             max_embedding_entries=self.max_embedding_entries,
             max_embedding_bytes=self.max_embedding_bytes,
-            tiers=tiers,
+            tiers=self.tiers,
         )
 
-    def _tiers(self) -> list[Any] | None:
-        tiers: list[Any] = []
-        if self.disk_dir is not None:
-            from visioncache.tiers.disk import DiskTier
 
-            tiers.append(DiskTier(self.disk_dir, parse_byte_size(self.disk_max_bytes, name="disk_max_bytes")))
-        if self.redis_url is not None:
-            from visioncache.tiers.redis import RedisTier
-
-            tiers.append(RedisTier(self.redis_url))
-        return tiers or None
+_TIER_FIELDS = frozenset(item.name for item in fields(TierSettings)) - {"secret_setting"}
+_OWN_FLAGS = tuple(
+    item.name for item in fields(VisionCacheSettings) if item.name not in {"model_path", "tiers"}
+)
 
 
 def weights_identity(settings: VisionCacheSettings) -> str:
@@ -105,7 +112,8 @@ def weights_identity(settings: VisionCacheSettings) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The launcher's ``--vision-cache-*`` flags (defaults as `VisionCacheSettings`)."""
+    """The launcher's ``--vision-cache-*`` flags (defaults as `VisionCacheSettings`), the tier
+    flags (`TierSettings.add_arguments`) included."""
     group = parser.add_argument_group("visioncache")
     defaults = VisionCacheSettings(model_id="-")
     flag = "--vision-cache-"
@@ -115,15 +123,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(flag + "max-embedding-bytes", default=defaults.max_embedding_bytes, help="e.g. 4GiB")
     group.add_argument(flag + "max-pixel-entries", type=int, default=defaults.max_pixel_entries)
     group.add_argument(flag + "max-pixel-bytes", default=defaults.max_pixel_bytes)
-    group.add_argument(flag + "disk-dir", help="disk tier directory (shared by processes, survives restarts)")
-    group.add_argument(flag + "disk-max-bytes", help="disk tier budget, e.g. 20GiB")
-    group.add_argument(flag + "redis-url", help="Redis/Valkey tier, redis://host:6379/0")
-    group.add_argument(
-        flag + "tiers-from-env", action="store_true", help="build tiers from VISIONCACHE_* variables instead"
-    )
     group.add_argument(
         flag + "no-kv-reuse",
         dest="vision_cache_kv_reuse",
         action="store_false",
         help="keep vllm-mlx's KV prefix cache for text-only prompts (no image-aware keys)",
     )
+    TierSettings.add_arguments(parser)
