@@ -1,4 +1,4 @@
-"""The per-image embedding level under load: issue 3's four measurements, side by side in one run.
+"""The per-image embedding level under load: four measurements, side by side in one run.
 
 1. hit throughput on hot keys with 1, 2 and 8 threads (target: 8 threads >= 0.8x one thread);
 2. 16 threads asking for one new image, 200 ms encode_fn: exactly 1 encode, wall ~ one encode;

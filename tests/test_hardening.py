@@ -1,7 +1,9 @@
-"""Regression tests for issue #11 (core): no hang, no wrong value, typed errors before any change.
+"""Regression tests of the core: no hang, no wrong value, typed errors before any change (the
+promises in docs/guarantees.md).
 
-Each test is named after the defect it pins (the issue's item number is in its docstring). Shared
-tiers' items live in tests/tiers/test_hardening_tiers.py; image identity in tests/test_identity*.py.
+Each test is named after the defect it pins; ``#11.N`` in a docstring is the item of the project's
+issue tracker that reported it. Shared tiers' items live in tests/tiers/test_hardening_tiers.py;
+image identity in tests/test_identity*.py.
 """
 
 from __future__ import annotations

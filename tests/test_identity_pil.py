@@ -1,4 +1,4 @@
-"""PIL images: one collision test per mode (issue #11, item 3), bounded work and typed errors."""
+"""PIL images: one collision test per mode, bounded work and typed errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Media signatures: every format the README lists as raw-base64 media is recognised, weak ones are not.
+"""Media signatures: every format docs/inputs.md lists as raw-base64 media is recognised, weak ones are not.
 
 Real files come from `tests.media_samples`; the formats no installed library writes are their
 documented leading bytes.

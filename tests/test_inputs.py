@@ -1,4 +1,4 @@
-"""Inputs as engines and clients send them (issue #12): any media, raw base64, caller-supplied IDs.
+"""Inputs as engines and clients send them (docs/inputs.md): any media, raw base64, caller-supplied IDs.
 
 Content is content: the same bytes as bytes, a file, a ``data:`` URL (any MIME type) and, for
 media, raw base64, share one digest. Strings that are none of the accepted forms are refused.

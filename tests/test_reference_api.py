@@ -1,4 +1,4 @@
-"""The reference module's behaviour (seed_api.md "Behaviour"), and one regression test per defect."""
+"""The reference module's behaviour, and one regression test per defect (docs/reference-api.md)."""
 
 from __future__ import annotations
 
@@ -349,8 +349,8 @@ def test_path_hits_do_not_reread_the_file(make_png, settled_file, monkeypatch):
 
 
 def test_reference_private_key_helpers_exist_and_keep_order(make_png, settled_file):
-    """Issue 12.5: peers' tests call the reference's `_make_key(images, prompt)` and
-    `_make_image_only_key(images)`; they must exist, with the order fix (defect 1)."""
+    """Peers' tests call the reference's `_make_key(images, prompt)` and `_make_image_only_key(images)`;
+    they must exist, with the order fix (defect 1 in docs/reference-api.md)."""
     cache = VisionEmbeddingCache()
     a, b = make_png(1), make_png(2)
     path = str(settled_file(a))

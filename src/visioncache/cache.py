@@ -287,7 +287,7 @@ class VisionEmbeddingCache:
             for level, key in pins:
                 level.unpin(key)
 
-    # ---- the reference's levels (seed_api.md), by `ReferenceLevels` ----------------------------
+    # ---- the reference's levels (docs/reference-api.md), by `ReferenceLevels` ------------------
     get_pixel_cache = forward_to(ReferenceLevels.get_pixel_cache)
     set_pixel_cache = forward_to(ReferenceLevels.set_pixel_cache)
     get_pixel_values = forward_to(ReferenceLevels.get_pixel_values)

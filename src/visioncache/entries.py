@@ -1,4 +1,4 @@
-"""The reference module's entry dataclasses, kept field for field (seed_api.md)."""
+"""The reference module's entry dataclasses, kept field for field (docs/reference-api.md)."""
 
 from __future__ import annotations
 

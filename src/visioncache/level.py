@@ -1,6 +1,6 @@
 """`Level`: one cache level — its memory `Store`, the shared tiers below it, and the policy between.
 
-This module is the one owner of the memory → tier policy (DESIGN.md principle 4):
+This module is the one owner of the memory → tier policy (docs/design.md, principle 4):
 
 - **read-through**: a key missing from memory is looked up in the tiers — all of a call's missing
   keys in ONE batched read (`TierChain.load_entries`) — and a tier hit is stored in memory;

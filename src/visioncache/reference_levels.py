@@ -1,11 +1,12 @@
-"""The reference module's six level methods (seed_api.md), as a component of the cache.
+"""The reference module's six level methods (docs/reference-api.md), as a component of the cache.
 
 `ReferenceLevels` is given the cache's levels, its `ImageKeys` and its ``enabled`` switch, and
 keeps the reference's prompt-keyed pixel level, its image-list-keyed pixel-only level and its
 encoding level with their signatures and defaults, minus the reference's defects: ordered keys,
-content identity, copies of ``extra_kwargs`` on store and on hit (defect 7), images counted once
-per stored key (defect 9). Inputs are validated (the key is computed) before ``enabled`` is read,
-so a disabled cache refuses exactly what an enabled one refuses.
+content identity, copies of ``extra_kwargs`` on store and on hit (defect 7 in
+docs/reference-api.md), images counted once per stored key (defect 9). Inputs are validated (the
+key is computed) before ``enabled`` is read, so a disabled cache refuses exactly what an enabled
+one refuses.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def _legacy_name(name: str) -> str:
 
 @dataclass
 class VisionCacheStats:
-    """Counters of the reference's pixel and encoding levels, plus time saved (seed_api.md).
+    """Counters of the reference's pixel and encoding levels, plus time saved (docs/reference-api.md).
 
     ``VisionEmbeddingCache.stats`` returns a consistent snapshot taken from the levels' stores;
     the rest is in ``VisionEmbeddingCache.snapshot()``.

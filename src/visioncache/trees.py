@@ -4,7 +4,7 @@ A tree is an array leaf (numpy, torch, mlx: anything with an integer ``nbytes``)
 plain scalar, or a tuple / list / dict / dataclass of trees. `fold` is the one walker: sizing,
 container copies, token counts, host snapshots, device placement, compaction and serialisation
 (`visioncache.tiers.serialization`) are all folds, so they agree on what a container and a leaf are
-(DESIGN.md principle 3). A bound in bytes means what it says whatever the framework.
+(docs/design.md, principle 3). A bound in bytes means what it says whatever the framework.
 """
 
 from __future__ import annotations
@@ -169,8 +169,8 @@ def tree_nbytes(value: object) -> int:
 def copy_containers(value: Any) -> Any:
     """A copy of the tree's containers; leaves (arrays, scalars) are shared.
 
-    Used where the reference aliased a caller's dict (defect 7): a consumer mutating the copy
-    cannot change the cached entry, and no array memory is duplicated.
+    Used where the reference aliased a caller's dict (docs/reference-api.md, defect 7): a consumer
+    mutating the copy cannot change the cached entry, and no array memory is duplicated.
     """
     if type(value) is dict and not any(container_kind(item) for item in value.values()):
         return dict(value)  # the common case, a flat dict of leaves, in one step

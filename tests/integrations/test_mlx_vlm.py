@@ -266,7 +266,7 @@ def test_cache_without_matching_namespace_is_refused() -> None:
 
 
 def test_namespace_check_is_structural_not_a_substring_test() -> None:
-    """Regression (issue #10): the check was ``";processor=<fp>" in namespace``, so a namespace that
+    """Regression: the check was ``";processor=<fp>" in namespace``, so a namespace that
     merely contained the right fingerprint (in a longer field, or inside the model name) passed."""
     processor = build_random_processor("qwen2_vl")
     fields = mlx_vlm.parse_namespace(mlx_vlm.cache_namespace("org/model;rev=1", processor))

@@ -1,7 +1,8 @@
-"""Regression tests for issue #11 (shared tiers): forks, wrong-type keys, start-up errors, keys that
-reveal nothing, unsigned tiers, rotation, crafted blobs.
+"""Regression tests of the shared tiers (docs/guarantees.md): forks, wrong-type keys, start-up errors,
+keys that reveal nothing, unsigned tiers, rotation, crafted blobs.
 
-Each test is named after the defect it pins (the issue's item number is in its docstring).
+Each test is named after the defect it pins; ``#11.N`` in a docstring is the item of the project's
+issue tracker that reported it.
 """
 
 from __future__ import annotations

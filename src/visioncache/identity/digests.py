@@ -16,7 +16,7 @@ _default_hasher = ImageHasher()
 def compute_image_hash(image_path: Any) -> str:
     """The content digest of one image as 64 hex characters (256-bit blake3, framed by kind).
 
-    Accepts every form in the README's "Accepted inputs": content (bytes, an existing file, a
+    Accepts every form in docs/inputs.md: content (bytes, an existing file, a
     ``data:`` URL, raw base64 of media) has one digest in every form; an http(s) URL is hashed as
     a name; a PIL image or an array by its pixels; a `ContentId` is the caller's own identifier.
     """

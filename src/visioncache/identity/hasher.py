@@ -7,7 +7,7 @@ PIL image, a numpy array) hash with their mode or dtype and shape; an http(s) UR
 name (it does not contain the content, so a cache keyed by it trusts the server not to change it);
 a `ContentId` is the caller's own identifier. Each of these kinds hashes in blake3's keyed mode
 under its own key, and variable-length fields are framed, so no two kinds, shapes, dtypes or
-modes share bytes-to-hash (DESIGN.md principle 1). A string that is none of these is refused: a
+modes share bytes-to-hash (docs/design.md, principle 1). A string that is none of these is refused: a
 mistyped file name must fail loudly, never be hashed as if it were content.
 
 Work is bounded: sizes are checked before reading or decoding, files are opened without blocking

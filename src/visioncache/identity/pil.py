@@ -1,6 +1,6 @@
 """The digest of a PIL image: everything that changes what its pixels mean, for every frame.
 
-What the digest covers, mode by mode (issue #11, item 3; each has a collision test):
+What the digest covers, mode by mode (each has a collision test in tests/test_identity_pil.py):
 
 - the mode string: ``L``/``P``/``I;16``/``I;16B``/``F``/``LA``/``La``/``PA``/``RGBa``/``CMYK``/``YCbCr``
   … can hold the same raw bytes with different meanings;

@@ -1,11 +1,11 @@
 """The one store: a thread-safe cache bounded by entries and bytes, with pins and single-flight.
 
-Every cache level holds one `Store` (DESIGN.md principle 2). Guarantees:
+Every cache level holds one `Store` (docs/design.md, principle 2). Guarantees:
 
 - never more than ``max_entries`` entries nor ``max_bytes`` bytes (the sum of each value's
   ``tree_nbytes``); a value larger than the budget is not stored (a *rejection*), nothing else is
   disturbed, and the caller still has its value. A numpy/torch leaf that views a larger buffer is
-  copied when stored (`values.compact`), so the budget bounds the memory entries keep alive;
+  copied when stored (`trees.compact`), so the budget bounds the memory entries keep alive;
 - re-putting a key replaces its value; it evicts another entry only if the new value needs more
   room than the old one left. Which unpinned entry goes first is the policy's choice
   (`visioncache.store.eviction`: least-recently-used by default, or cost-aware);

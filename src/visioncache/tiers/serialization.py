@@ -159,7 +159,7 @@ def _digest(
 
 
 def _encode(value: object, arrays: dict[str, np.ndarray[Any, Any]]) -> Any:
-    """The JSON skeleton of ``value`` (a `values.fold`); its arrays are added to ``arrays``."""
+    """The JSON skeleton of ``value`` (a `trees.fold`); its arrays are added to ``arrays``."""
 
     def leaf(item: Any) -> Any:
         if item is None or isinstance(item, bool | int | float | str):
