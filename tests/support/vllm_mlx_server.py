@@ -11,6 +11,10 @@ by the same code. The same ``next`` wrapper records which requests each step too
 for n requests is armed, an idle generator starts nothing until n requests are queued, so a test
 gets requests sent concurrently into ONE step by construction, not by the odds of their timing.
 
+vllm-mlx refuses media URLs on loopback (its SSRF check); a test that serves images from a local
+HTTP server starts both servers with ``allow_loopback_media=True``, which lets 127.0.0.1 through
+that check (and nothing else) in both, the same way.
+
 Run by `ServerProcess`: ``python -m tests.support.vllm_mlx_server RECORD stock|visioncache
 MODEL [flags]``.
 """
@@ -38,6 +42,7 @@ __all__ = ["ENGINES", "ServerProcess", "free_port", "request_key"]
 
 ENGINES = ("stock", "visioncache")
 TOP_LOGPROBS = 5
+LOOPBACK_MEDIA_VARIABLE = "HARNESS_ALLOW_LOOPBACK_MEDIA"
 HOLD_TIMEOUT_S = 120.0  # a hold whose requests never all arrive is released (and recorded) after this
 
 
@@ -129,11 +134,29 @@ def _instrument(record_path: str) -> None:
     generator.insert, generator.next = insert, next_tokens
 
 
+def _allow_loopback_media() -> None:
+    """vllm-mlx's URL safety check, except that 127.0.0.1 passes (where the tests serve images)."""
+    from urllib.parse import urlparse
+
+    from vllm_mlx import server
+    from vllm_mlx.models import mllm
+
+    check = mllm._validate_url_safety
+
+    def validate(url: str) -> None:
+        if urlparse(url).hostname != "127.0.0.1":
+            check(url)
+
+    mllm._validate_url_safety = server._validate_url_safety = validate
+
+
 def main(argv: Sequence[str]) -> int:
     record_path, engine, *serve_args = argv
     if engine not in ENGINES:
         raise SystemExit(f"engine must be one of {ENGINES}, got {engine!r}")
     _instrument(record_path)
+    if os.environ.get(LOOPBACK_MEDIA_VARIABLE) == "1":
+        _allow_loopback_media()
     if engine == "visioncache":
         from visioncache.integrations.vllm_mlx import serve
 
@@ -161,8 +184,16 @@ class ServerProcess:
     ``~/.cache``: both stay inside ``root``, and a restart with the same ``root`` finds them.
     """
 
-    def __init__(self, engine: str, model_dir: str | Path, root: str | Path, *flags: str) -> None:
+    def __init__(
+        self,
+        engine: str,
+        model_dir: str | Path,
+        root: str | Path,
+        *flags: str,
+        allow_loopback_media: bool = False,
+    ) -> None:
         self.engine, self.root = engine, Path(root)
+        self.allow_loopback_media = allow_loopback_media
         self.port = free_port()
         self.record_path = self.root / f"record-{self.port}.jsonl"
         self.log_path = self.root / f"server-{self.port}.log"
@@ -188,6 +219,7 @@ class ServerProcess:
             os.environ, HOME=str(self.root / "home"), TMPDIR=str(self.root / "tmp"), HF_HUB_OFFLINE="1"
         )
         env = {name: value for name, value in env.items() if not name.startswith("VISIONCACHE_")}
+        env[LOOPBACK_MEDIA_VARIABLE] = "1" if self.allow_loopback_media else "0"
         # ``-m tests.support.vllm_mlx_server`` resolves from the repository root.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as log:

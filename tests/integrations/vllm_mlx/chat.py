@@ -21,13 +21,18 @@ QUESTIONS = ("describe the image", "compare the image and the picture", "what is
 SIZES = ((112, 112), (84, 112), (112, 84), (140, 112), (112, 140), (84, 84), (140, 140))  # (w, h)
 
 
-def image_url(seed: int, size: tuple[int, int] | None = None) -> str:
-    """A distinct random PNG as a data URL; sizes vary with the seed, so grids differ."""
+def image_png(seed: int, size: tuple[int, int] | None = None) -> bytes:
+    """A distinct random PNG; sizes vary with the seed, so grids differ."""
     width, height = size or SIZES[seed % len(SIZES)]
     pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return buffer.getvalue()
+
+
+def image_url(seed: int, size: tuple[int, int] | None = None) -> str:
+    """`image_png` as a data URL."""
+    return "data:image/png;base64," + base64.b64encode(image_png(seed, size)).decode()
 
 
 def user_message(text: str, *images: str) -> dict[str, Any]:

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from visioncache import VisionCacheError, VisionEmbeddingCache
+from visioncache import VisionEmbeddingCache
 from visioncache.integrations.mlx_vlm.adapter import image_feature_encoder, inputs_from_features
 from visioncache.integrations.mlx_vlm.features import feature_check, placeholder_pixels
+from visioncache.integrations.vllm_mlx.images import materialise, resolve_images
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, prefix_key
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
@@ -69,49 +70,12 @@ def wants_features(request: Any) -> bool:
     return bool(request.images) and not request.videos and not request.audio
 
 
-def _image_input(image: Any) -> Any:
-    """What visioncache hashes for one request image: a ``data:image/`` or http(s) URL as sent
-    (so a hit decodes nothing), anything else through vllm-mlx's own handling (its checks and
-    errors; a local temporary file)."""
-    from vllm_mlx.models import mllm
-
-    url = image.get("url", image.get("image_url", "")) if isinstance(image, dict) else image
-    url = url.get("url", "") if isinstance(url, dict) else url
-    if isinstance(url, str) and (
-        (url.startswith("data:image/") and len(url) <= mllm.MAX_BASE64_IMAGE_LENGTH) or mllm.is_url(url)
-    ):
-        return url
-    return mllm.process_image_input(image)
-
-
-def _is_url(image: Any) -> bool:
-    return isinstance(image, str) and image.startswith(("data:", "http://", "https://"))
-
-
-def _resolve_images(cache: VisionEmbeddingCache, images: Sequence[Any]) -> tuple[list[Any], list[bytes]]:
-    """Each image's input form and content digest; raises the engine's (or visioncache's) error."""
-    from vllm_mlx.models import mllm
-
-    inputs = [_image_input(image) for image in images]
-    try:
-        return inputs, cache.image_digests(inputs)
-    except VisionCacheError:
-        # vllm-mlx decodes base64 leniently: let it decode, then hash the file it wrote.
-        inputs = [mllm.process_image_input(image) for image in images]
-        return inputs, cache.image_digests(inputs)
-
-
 def _encoder(state: EngineState) -> Any:
     """``encode_fn`` for the step: missing images (as resolved) -> one tower call, counted."""
-    from vllm_mlx.models import mllm
-
     encode = image_feature_encoder(state.model, state.processor, state.cache)
 
     def encode_missing(images: list[Any]) -> list[dict[str, Any]]:
-        # URLs are fetched and data URLs decoded only now, for images visioncache does not hold
-        # (anything else was already turned into a local file by `_image_input`).
-        paths = [mllm.process_image_input(image) if _is_url(image) else image for image in images]
-        values = encode(paths)
+        values = encode([materialise(image) for image in images])  # data URLs decoded only now
         state.stats.vision_tower_calls += 1
         state.stats.images_encoded += len(images)
         return values
@@ -142,7 +106,7 @@ def prepare_step(state: EngineState, requests: Sequence[Any], *, kv_reuse: bool)
             continue
         state.stats.image_requests += 1
         try:
-            images, digests = _resolve_images(state.cache, request.images)
+            images, digests = resolve_images(state.cache, request.images)
         except Exception as error:
             _fail(state, request, error)
             continue
