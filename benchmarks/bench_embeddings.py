@@ -139,10 +139,8 @@ def bench_latency_vs_size() -> list[tuple[str, ...]]:
     caches = {}
     for entries in (10**2, 10**4, 10**5):
         cache = VisionEmbeddingCache(max_embedding_entries=None, max_embedding_bytes=None)
-        cache.set_image_embeddings(probes, [EMBEDDING] * len(probes))
-        store = cache.level("embedding")
-        for index in range(entries - len(probes)):
-            store.put(f"filler/{index:064x}", EMBEDDING)
+        fillers = [index.to_bytes(8, "little") for index in range(entries - len(probes))]  # content
+        cache.set_image_embeddings(probes + fillers, [EMBEDDING] * entries)
         caches[entries] = cache
     cursor = {entries: 0 for entries in caches}
 

@@ -49,11 +49,11 @@ def run(policy: str, trace: list[int], budget: int) -> Outcome:
     store, outcome = Store(max_bytes=budget, policy=policy), Outcome()
     for image in trace:
         outcome.lookups += 1
-        if store.get(f"embedding/{image}") is not None:
+        if store.lookup(f"embedding/{image}") is not None:
             outcome.embedding_hits += 1
             outcome.saved += EMBEDDING_SECONDS + PIXELS_SECONDS
             continue
-        if store.get(f"pixels/{image}") is not None:
+        if store.lookup(f"pixels/{image}") is not None:
             outcome.pixel_hits += 1
             outcome.saved += PIXELS_SECONDS
         else:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.internals import level_store
 from tests.support.memory_tier import MemoryTier
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.tiers.chain import TierChain
@@ -139,7 +140,7 @@ class Worker:
 
     def pinned_block(self) -> None:
         pinned = self.images(2, 3)
-        store = self.cache.level("embedding").store
+        store = level_store(self.cache, "embedding")
         keys = [str(self.cache.key("embedding", [image])) for image in pinned]
         with self.cache.pinned(pinned):
             for _attempt in range(20):  # another thread's failing encoder may be the owner
@@ -210,7 +211,7 @@ def make_caches() -> list[VisionEmbeddingCache]:
 
 
 def assert_exact_accounting(cache: VisionEmbeddingCache, level: str) -> None:
-    store = cache.level(level).store
+    store = level_store(cache, level)
     entries = [store.lookup(str(cache.key(level, [image]))) for image in IMAGES]
     present = [entry for entry in entries if entry is not None]
     stats = cache.snapshot().levels[level]

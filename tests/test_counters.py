@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from tests.support.internals import get
 from visioncache.store.counters import ThreadCounters
 from visioncache.store.store import Store
 
@@ -54,7 +55,7 @@ def test_store_hits_are_exact_under_threads_without_a_lock_on_the_hit_path():
 
     def work() -> None:
         for step in range(5_000):
-            store.get("abcde"[step % 5])  # 4 hits, 1 miss per 5 lookups
+            get(store, "abcde"[step % 5])  # 4 hits, 1 miss per 5 lookups
 
     run_threads(8, work)
     stats = store.stats()

@@ -52,7 +52,7 @@ def test_all_hits_do_not_call_encode_fn(make_png):
     assert len(encoder.calls) == 1 and second == list(reversed(first))
     stats = cache.get_stats()
     assert (stats["embedding_cache_hits"], stats["embedding_cache_misses"]) == (2, 2)
-    assert stats["embedding_images_encoded"] == 2 and stats["embedding_hit_rate"] == 0.5
+    assert stats["embedding_cache_computed"] == 2 and stats["embedding_hit_rate"] == 0.5
 
 
 def test_encode_batch_deduplicates_across_requests(make_png):
@@ -95,7 +95,7 @@ def test_single_flight_sixteen_threads_one_encode(make_png):
     assert len(encoder.calls) == 1
     assert all(result is results[0] for result in results)
     stats = cache.get_stats()
-    assert stats["embedding_images_encoded"] == 1
+    assert stats["embedding_cache_computed"] == 1
     assert stats["embedding_cache_singleflight_waits"] + stats["embedding_cache_hits"] == 15
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support.internals import get, level_store
 from visioncache import ConfigurationError, VisionEmbeddingCache
 from visioncache.store.store import PutResult, Store
 
@@ -61,7 +62,7 @@ def test_hits_keep_an_expensive_entry() -> None:
     store.put("expensive", array(100), cost=1.0)
     for index in range(500):
         store.put(f"cheap-{index}", array(100), cost=0.3)
-        assert store.get("expensive") is not None  # each hit refreshes it at the current L
+        assert get(store, "expensive") is not None  # each hit refreshes it at the current L
     assert store.stats().evictions == 500 - 3
 
 
@@ -109,7 +110,7 @@ def test_byte_accounting_stays_exact_under_the_cost_policy() -> None:
             if put(store, key, (nbytes, float(rng.random()))) is not PutResult.REJECTED:
                 sizes[key] = nbytes
         elif action < 8:
-            store.get(key)
+            get(store, key)
         elif action < 9:
             store.discard(key)
         else:
@@ -129,7 +130,7 @@ def test_lru_is_the_default_and_ignores_cost() -> None:
     assert store.policy_name == "lru"
     store.put("dear", 1, cost=100.0)
     store.put("cheap", 2, cost=0.0)
-    store.get("dear")  # now the most recently used
+    get(store, "dear")  # now the most recently used
     store.put("new", 3, cost=0.0)
     assert present(store, ["dear", "cheap", "new"]) == ["dear", "new"]
     store.put("newer", 4)
@@ -137,12 +138,12 @@ def test_lru_is_the_default_and_ignores_cost() -> None:
 
 
 def test_the_cache_passes_its_policy_to_every_level() -> None:
-    assert {VisionEmbeddingCache().level(name).store.policy_name for name in ("pixel", "embedding")} == {
+    assert {level_store(VisionEmbeddingCache(), name).policy_name for name in ("pixel", "embedding")} == {
         "lru"
     }
     cache = VisionEmbeddingCache(policy="cost")
     names = ("pixel", "pixel_only", "encoding", "embedding")
-    assert {cache.level(name).store.policy_name for name in names} == {"cost"}
+    assert {level_store(cache, name).policy_name for name in names} == {"cost"}
     with pytest.raises(ConfigurationError, match="policy"):
         VisionEmbeddingCache(policy="lfu")
     with pytest.raises(ConfigurationError):

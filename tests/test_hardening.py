@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from tests.conftest import encode_image, random_image
+from tests.support.internals import level_store
 from visioncache import (
     ConfigurationError,
     EncoderOutputError,
@@ -237,7 +238,7 @@ def test_regression_forked_child_inherits_a_store_lock_held_by_a_parent_thread()
     child: the child's first miss waited forever (35 of 200 forks, with the parent storing values
     on a second thread). Simulated deterministically by holding the lock across the fork."""
     cache = VisionEmbeddingCache()
-    store = cache.level("embedding").store
+    store = level_store(cache, "embedding")
     holding, fork_started = threading.Event(), threading.Event()
 
     def store_operation_in_progress() -> None:

@@ -19,8 +19,8 @@ class FakeCache:
         levels["embedding"] = StoreStats(hits=7, time_saved=1.5, singleflight_waits=2, computed=4)
         tiers = ChainStats(
             tiers=(
-                TierStats("disk", hits=4, misses=2, corrupt=1, bytes=99, entries=3),
-                TierStats("redis", errors=3, skipped=8, breaker_open=True),
+                TierStats(name="disk", hits=4, misses=2, corrupt=1, bytes=99, entries=3),
+                TierStats(name="redis", errors=3, skipped=8, breaker_open=True),
             ),
             writes_dropped=2,
         )

@@ -145,10 +145,6 @@ class VisionEmbeddingCache:
         """The shared tiers below memory, or None."""
         return self._tiers
 
-    def level(self, name: str) -> Level:
-        """One level: ``pixel``, ``pixel_only``, ``encoding`` or ``embedding``."""
-        return self._levels[name]
-
     def close(self) -> None:
         """Flush queued tier writes and close the tiers (the memory levels stay usable)."""
         if self._tiers is not None:

@@ -50,7 +50,6 @@ class CacheStats:
                     result[f"{level}_cache_{_legacy_name(field.name)}"] = getattr(counters, field.name)
             result[f"{level}_hit_rate"] = hit_rate(counters.hits, counters.misses)
             result[f"{level}_time_saved"] = counters.time_saved
-        result["embedding_images_encoded"] = self.levels["embedding"].computed
         if self.tiers is not None:
             result["tiers"] = self.tiers.to_dict()
         return result

@@ -7,22 +7,31 @@ single-process setups can run a chain without disk or network.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
-from visioncache.store.store import Store
+from visioncache.store import Store
+from visioncache.tiers.stats import TierSizes
 
 __all__ = ["MemoryTier"]
 
 
 class MemoryTier:
-    """A `Store` of blobs sized by their length; a blob larger than ``max_bytes`` is not kept."""
+    """A `Store` of blobs sized by their length; a blob larger than ``max_bytes`` is not kept.
+
+    ``keys`` lists what the store still holds of the keys put (the store evicts on its own).
+    """
 
     def __init__(self, max_bytes: int | None, *, name: str = "memory") -> None:
         self.name = name
+        self.network = False
         self._store = Store(max_entries=None, max_bytes=max_bytes, sizeof=len)
+        self._put: dict[str, None] = {}  # keys put, in order; some may have been evicted since
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> bytes | None:
-        blob: bytes | None = self._store.get(key)
+        entry = self._store.lookup(key)
+        blob: bytes | None = None if entry is None else entry.value
         return blob
 
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
@@ -31,24 +40,34 @@ class MemoryTier:
     def put(self, key: str, blob: bytes) -> None:
         # A rejected (too large) blob also drops the key's older blob: nothing stale stays.
         self._store.put(key, blob)
+        with self._lock:
+            self._put[key] = None
 
     def delete(self, key: str) -> None:
         self._store.discard(key)
-
-    def contains(self, key: str) -> bool:
-        return key in self._store
+        with self._lock:
+            self._put.pop(key, None)
 
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         return [key in self._store for key in keys]
 
-    def stats(self) -> dict[str, int | float]:
+    def keys(self) -> Iterator[str]:
+        with self._lock:
+            self._put = {key: None for key in self._put if key in self._store}
+            held = list(self._put)
+        yield from held
+
+    def stored_bytes(self, keys: Sequence[str]) -> int:
+        return sum(len(blob) for blob in self.get_many(keys) if blob is not None)
+
+    def sizes(self) -> TierSizes:
         counts = self._store.stats()
-        return {
-            "entries": counts.entries,
-            "bytes": counts.bytes,
-            "evictions": counts.evictions,
-            "rejections": counts.rejections,
-        }
+        return TierSizes(
+            entries=counts.entries,
+            bytes=counts.bytes,
+            max_bytes=self._store.max_bytes,
+            rejections=counts.rejections,
+        )
 
     def close(self) -> None:
         self._store.clear()

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from tests.support.memory_tier import MemoryTier
+from tests.support.tier_reads import contains, load
 from visioncache.errors import ConfigurationError
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_name
 from visioncache.tiers.serialization import dumps
+from visioncache.tiers.stats import TierSizes
 
 KEY = "0123456789abcdef/embedding/" + "cd" * 32
 VALUE = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -23,6 +25,7 @@ class BrokenTier:
     """A tier whose every operation raises, as a full disk or a dropped connection would."""
 
     name = "broken"
+    network = False
 
     def __init__(self) -> None:
         self.calls = 0
@@ -49,7 +52,7 @@ class BrokenTier:
         self._fail()
         return []
 
-    def stats(self) -> dict[str, int | float]:
+    def sizes(self) -> TierSizes:
         raise OSError("disk on fire")
 
     def close(self) -> None:
@@ -73,12 +76,12 @@ def test_lower_hit_is_promoted_into_tiers_that_missed(tmp_path: Path) -> None:
     chain = TierChain([upper, lower])
     assert chain.save(KEY, VALUE)
     upper.delete(KEY)
-    assert np.array_equal(chain.load(KEY), VALUE)
+    assert np.array_equal(load(chain, KEY), VALUE)
     assert chain.flush(timeout=30)  # promotions go through the background writer
     stats = chain.stats()
     assert (stats.tier("upper").misses, stats.tier("disk").hits, stats.tier("upper").promotions) == (1, 1, 1)
-    assert upper.contains(KEY)
-    assert np.array_equal(chain.load(KEY), VALUE)
+    assert contains(upper, KEY)
+    assert np.array_equal(load(chain, KEY), VALUE)
     assert chain.stats().tier("upper").hits == 1
 
 
@@ -99,8 +102,8 @@ def test_failing_tier_never_fails_a_call_and_costs_one_call_per_interval() -> No
     healthy, broken = MemoryTier(2**20), BrokenTier()
     chain = TierChain([broken, healthy], max_pending_write_bytes=0)
     assert chain.save(KEY, VALUE)  # stored in the healthy tier; the broken one fails once
-    assert np.array_equal(chain.load(KEY), VALUE)
-    assert chain.load(KEY + "0") is None
+    assert np.array_equal(load(chain, KEY), VALUE)
+    assert load(chain, KEY + "0") is None
     assert chain.contains_many([KEY]) == [True]
     stats = chain.stats()
     assert broken.calls == 1  # then its breaker skipped it: no call, no wait
@@ -116,7 +119,7 @@ def test_corrupt_upper_entry_is_deleted_and_lower_copy_served() -> None:
     blob = upper.get(KEY)
     assert blob is not None
     upper.put(KEY, blob[:-1] + bytes([blob[-1] ^ 1]))
-    assert np.array_equal(chain.load(KEY), VALUE)
+    assert np.array_equal(load(chain, KEY), VALUE)
     assert chain.flush(timeout=30)
     stats = chain.stats()
     assert stats.tier("upper").corrupt == 1 and stats.tier("upper").promotions == 1
@@ -129,8 +132,8 @@ def test_blob_moved_to_another_key_is_not_served() -> None:
     chain.save(KEY, VALUE)
     other = KEY[:-1] + "0"
     tier.put(other, tier.get(KEY) or b"")
-    assert chain.load(other) is None
-    assert chain.stats().tier("memory").corrupt == 1 and not tier.contains(other)
+    assert load(chain, other) is None
+    assert chain.stats().tier("memory").corrupt == 1 and not contains(tier, other)
 
 
 def test_signed_chain_keys_its_tier_keys_so_listing_reveals_no_digest() -> None:
@@ -139,8 +142,8 @@ def test_signed_chain_keys_its_tier_keys_so_listing_reveals_no_digest() -> None:
     assert chain.save(KEY, VALUE)
     (stored,) = chain.tier_keys(KEY)
     assert stored.startswith("0123456789abcdef/embedding/") and KEY.rsplit("/", 1)[1] not in stored
-    assert tier.contains(stored) and not tier.contains(KEY)
-    assert np.array_equal(chain.load(KEY), VALUE)
+    assert contains(tier, stored) and not contains(tier, KEY)
+    assert np.array_equal(load(chain, KEY), VALUE)
 
 
 def test_hmac_rejects_unsigned_and_foreign_signed_blobs_without_deleting_them() -> None:
@@ -150,13 +153,13 @@ def test_hmac_rejects_unsigned_and_foreign_signed_blobs_without_deleting_them() 
     chain = TierChain([tier], secret=b"ours", max_pending_write_bytes=0)
     (name,) = chain.tier_keys(KEY)
     tier.put(name, dumps(VALUE, context=KEY))  # written by someone without the secret
-    assert chain.load(KEY) is None
+    assert load(chain, KEY) is None
     tier.put(name, dumps(VALUE, secret=b"theirs", context=KEY))
-    assert chain.load(KEY) is None
+    assert load(chain, KEY) is None
     assert chain.stats().tier("memory").unverified == 2 and chain.stats().tier("memory").corrupt == 0
-    assert tier.contains(name)  # not deleted
+    assert contains(tier, name)  # not deleted
     chain.save(KEY, VALUE)
-    assert np.array_equal(chain.load(KEY), VALUE)
+    assert np.array_equal(load(chain, KEY), VALUE)
 
 
 def test_regression_secret_rotation_reads_old_entries_and_writes_new_ones() -> None:
@@ -164,12 +167,12 @@ def test_regression_secret_rotation_reads_old_entries_and_writes_new_ones() -> N
     old_fleet = TierChain([tier], secrets=[b"old"], max_pending_write_bytes=0)
     new_fleet = TierChain([tier], secrets=[b"new", b"old"], max_pending_write_bytes=0)
     old_fleet.save(KEY, VALUE)
-    assert np.array_equal(new_fleet.load(KEY), VALUE)  # accepted: the old secret is still listed
+    assert np.array_equal(load(new_fleet, KEY), VALUE)  # accepted: the old secret is still listed
     other = KEY[:-1] + "1"
     new_fleet.save(other, VALUE)  # signed (and keyed) with the first secret
-    assert old_fleet.load(other) is None  # the old fleet cannot verify it, and nothing is deleted
-    assert np.array_equal(new_fleet.load(other), VALUE)
-    assert np.array_equal(old_fleet.load(KEY), VALUE)  # the new fleet deleted nothing of the old
+    assert load(old_fleet, other) is None  # the old fleet cannot verify it, and nothing is deleted
+    assert np.array_equal(load(new_fleet, other), VALUE)
+    assert np.array_equal(load(old_fleet, KEY), VALUE)  # the new fleet deleted nothing of the old
     for chain in (old_fleet, new_fleet):
         assert chain.stats().tier("memory").corrupt == 0
 
@@ -178,20 +181,20 @@ def test_unserializable_value_is_counted_not_raised() -> None:
     chain = TierChain([MemoryTier(2**20)])
     assert chain.save(KEY, {"handle": object()}) is False
     assert chain.stats().unserializable == 1
-    assert chain.load(KEY) is None
+    assert load(chain, KEY) is None
 
 
 def test_namespace_record_is_written_with_the_first_save_once_per_process() -> None:
     tier = MemoryTier(2**20)
     chain = TierChain([tier], max_pending_write_bytes=0)
     chain.register_namespace("0123456789abcdef", "qwen2-vl-2b/processor-v1")
-    assert not tier.contains(NAMESPACE_PREFIX + "0123456789abcdef")  # registering writes nothing
+    assert not contains(tier, NAMESPACE_PREFIX + "0123456789abcdef")  # registering writes nothing
     chain.save(KEY, VALUE)
     record = tier.get(NAMESPACE_PREFIX + "0123456789abcdef")
     assert record is not None and namespace_name(record) == "qwen2-vl-2b/processor-v1"
     tier.delete(NAMESPACE_PREFIX + "0123456789abcdef")
     chain.save(KEY, VALUE)
-    assert not tier.contains(NAMESPACE_PREFIX + "0123456789abcdef")  # once per process
+    assert not contains(tier, NAMESPACE_PREFIX + "0123456789abcdef")  # once per process
     assert namespace_name(b"not json") is None
 
 

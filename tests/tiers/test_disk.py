@@ -13,6 +13,7 @@ import diskcache
 import numpy as np
 import pytest
 
+from tests.support.tier_reads import contains, load
 from visioncache.errors import CorruptEntryError
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
@@ -47,7 +48,7 @@ def test_second_process_hits_what_the_first_stored(tmp_path: Path) -> None:
         chain = TierChain([DiskTier({str(directory)!r}, 64 * 2**20)])
         hits = 0
         for index in range(8):
-            value = chain.load("{TAG}/embedding/" + format(index, "064x"))
+            (value,) = chain.load_many(["{TAG}/embedding/" + format(index, "064x")])
             expected = np.random.default_rng(index).standard_normal((256, 64)).astype(np.float16)
             hits += value is not None and value.dtype == expected.dtype and np.array_equal(value, expected)
         print("hits", hits)
@@ -75,12 +76,12 @@ def test_corrupt_file_entry_is_counted_deleted_and_missed(tmp_path: Path, damage
     else:
         del data[len(data) - 1000 :]
     path.write_bytes(bytes(data))
-    assert chain.load(key(1)) is None
+    assert load(chain, key(1)) is None
     assert chain.flush(timeout=30)  # corrupt entries are deleted in the background
     assert chain.stats().tier("disk").corrupt == 1
-    assert not tier.contains(key(1))
+    assert not contains(tier, key(1))
     assert chain.save(key(1), large)  # and the key works again afterwards
-    assert np.array_equal(chain.load(key(1)), large)
+    assert np.array_equal(load(chain, key(1)), large)
 
 
 def test_corrupt_inline_entry_in_sqlite(tmp_path: Path) -> None:
@@ -91,10 +92,10 @@ def test_corrupt_inline_entry_in_sqlite(tmp_path: Path) -> None:
         (blob,) = database.execute("SELECT value FROM Cache WHERE key = ?", (key(2),)).fetchone()
         damaged = bytes(blob).replace(b"[1,2,3]", b"[1,2,4]")
         database.execute("UPDATE Cache SET value = ? WHERE key = ?", (damaged, key(2)))
-    assert chain.load(key(2)) is None
+    assert load(chain, key(2)) is None
     assert chain.flush(timeout=30)  # corrupt entries are deleted in the background
     assert chain.stats().tier("disk").corrupt == 1
-    assert not tier.contains(key(2))
+    assert not contains(tier, key(2))
 
 
 UNPICKLED: list[str] = []
@@ -122,10 +123,10 @@ def test_pickled_values_are_never_unpickled(tmp_path: Path) -> None:
     with pytest.raises(CorruptEntryError):
         tier.get(key(3))
     chain = TierChain([tier])
-    assert chain.load(key(3)) is None
+    assert load(chain, key(3)) is None
     assert UNPICKLED == []
     assert chain.flush(timeout=30)  # corrupt entries are deleted in the background
-    assert chain.stats().tier("disk").corrupt == 1 and not tier.contains(key(3))
+    assert chain.stats().tier("disk").corrupt == 1 and not contains(tier, key(3))
     with pytest.raises(TypeError):
         tier.put(key(4), "a str, not bytes")  # type: ignore[arg-type]
 
@@ -138,25 +139,25 @@ def test_filling_the_budget_evicts_least_recently_used(tmp_path: Path) -> None:
     for index, value in values.items():
         assert chain.save(key(index), value)
         if index >= 1:
-            assert chain.load(key(0)) is not None  # keep key 0 recently used
+            assert load(chain, key(0)) is not None  # keep key 0 recently used
     stats = chain.stats().tier("disk")
     assert stats.errors == 0
     assert stats.entries < 40
     assert stats.bytes <= budget + 2 * 2**20  # diskcache culls after the write that overflows
-    assert np.array_equal(chain.load(key(0)), values[0])
-    assert np.array_equal(chain.load(key(39)), values[39])
-    assert chain.load(key(1)) is None  # least recently used went first
+    assert np.array_equal(load(chain, key(0)), values[0])
+    assert np.array_equal(load(chain, key(39)), values[39])
+    assert load(chain, key(1)) is None  # least recently used went first
 
 
 def test_blob_larger_than_budget_is_rejected(tmp_path: Path) -> None:
     tier = DiskTier(tmp_path / "disk", 2**20)
     tier.put(key(5), b"x" * (2**20 + 1))
-    assert not tier.contains(key(5))
-    assert tier.stats()["rejections"] == 1
+    assert not contains(tier, key(5))
+    assert tier.sizes().rejections == 1
 
 
 def test_reopening_without_a_limit_keeps_the_stored_one(tmp_path: Path) -> None:
     first = DiskTier(tmp_path / "disk", 3 * 2**20)
     first.put("key", b"blob")  # the directory is created at the first operation
     first.close()
-    assert DiskTier(tmp_path / "disk").stats()["max_bytes"] == 3 * 2**20
+    assert DiskTier(tmp_path / "disk").sizes().max_bytes == 3 * 2**20

@@ -41,6 +41,7 @@ from visioncache import VisionEmbeddingCache, compute_image_hash
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
+from visioncache.tiers.stats import TierSizes
 
 REPOSITORY = Path(__file__).parents[2]
 INTERVAL = 5.0
@@ -180,7 +181,7 @@ class CountingTier:
 
     def __post_init__(self) -> None:
         self.name = self.tier.name
-        self.network = getattr(self.tier, "network", False)
+        self.network = self.tier.network
         self._lock = threading.Lock()
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -208,8 +209,8 @@ class CountingTier:
     def contains_many(self, keys: list[str]) -> list[bool]:
         return self._call("contains_many", keys)  # type: ignore[no-any-return]
 
-    def stats(self) -> dict[str, int | float]:
-        return self._call("stats")  # type: ignore[no-any-return]
+    def sizes(self) -> TierSizes:
+        return self._call("sizes")  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.tier.close()
@@ -246,7 +247,7 @@ def test_stalled_tier_costs_each_request_at_most_one_call_per_interval(backend: 
     assert (stats.errors, stats.breaker_open) == (2, False) and stats.skipped > 0
     reader = VisionEmbeddingCache(tiers=[backend.make()])
     assert all_correct(reader.encode_images(batch, Encoder()), batch)  # ... and writes go through
-    assert reader.get_stats()["embedding_images_encoded"] == 0
+    assert reader.get_stats()["embedding_cache_computed"] == 0
 
 
 def test_stalled_tier_under_concurrent_requests_costs_each_at_most_one_call(backend: Backend) -> None:

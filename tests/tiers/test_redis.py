@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import redis
 
+from tests.support.tier_reads import load
 from tests.tiers.conftest import VALUE, FakeClock, key
 from visioncache.identity.keys import KeyBuilder
 from visioncache.tiers.chain import TierChain
@@ -26,10 +27,10 @@ def test_killed_server_costs_nothing_and_restart_brings_the_tier_back(
     tier = RedisTier(server.url, socket_timeout=0.25)
     chain = TierChain([tier], retry_interval=5.0, clock=clock, max_pending_write_bytes=0)
     assert chain.save(key(0), VALUE)
-    assert np.array_equal(chain.load(key(0)), VALUE)
+    assert np.array_equal(load(chain, key(0)), VALUE)
 
     server.stop()  # kill -9 in the middle of the run
-    results = [chain.load(key(index % 3)) for index in range(50)]
+    results = [load(chain, key(index % 3)) for index in range(50)]
     for index in range(50):
         chain.save(key(index), VALUE)  # never raises
     assert results == [None] * 50
@@ -38,13 +39,13 @@ def test_killed_server_costs_nothing_and_restart_brings_the_tier_back(
     assert stats.breaker_open == 1 and stats.skipped == 99
 
     clock.now += 5.0  # one probe per interval, and it fails again
-    assert chain.load(key(0)) is None and chain.load(key(0)) is None
+    assert load(chain, key(0)) is None and load(chain, key(0)) is None
     assert chain.stats().tier("redis").errors == 2
 
     server.start()  # same port, empty
     clock.now += 5.0
     assert chain.save(key(1), VALUE)
-    assert np.array_equal(chain.load(key(1)), VALUE)
+    assert np.array_equal(load(chain, key(1)), VALUE)
     stats = chain.stats().tier("redis")
     assert stats.breaker_open == 0 and stats.errors == 2 and stats.hits == 2
     tier.close()
@@ -61,9 +62,9 @@ def test_stalled_server_costs_one_timeout_per_interval(
     chain.save(key(0), VALUE)
     os.kill(server.process.pid, signal.SIGSTOP)  # alive but answering nothing
     try:
-        assert all(chain.load(key(0)) is None for _ in range(20))
+        assert all(load(chain, key(0)) is None for _ in range(20))
         clock.now += 5.0
-        assert all(chain.load(key(0)) is None for _ in range(20))
+        assert all(load(chain, key(0)) is None for _ in range(20))
     finally:
         os.kill(server.process.pid, signal.SIGCONT)
     # One call per interval reached the server and timed out; the other 38 never touched the
@@ -71,7 +72,7 @@ def test_stalled_server_costs_one_timeout_per_interval(
     stats = chain.stats().tier("redis")
     assert (stats.errors, stats.skipped) == (2, 38)
     clock.now += 5.0
-    assert np.array_equal(chain.load(key(0)), VALUE)  # used again once it answers
+    assert np.array_equal(load(chain, key(0)), VALUE)  # used again once it answers
     tier.close()
 
 
@@ -81,11 +82,11 @@ def test_two_namespaces_sharing_a_server_never_see_each_other(redis_server: Any,
     chain_a = TierChain([RedisTier(redis_server.url, key_prefix=redis_prefix)])
     chain_b = TierChain([RedisTier(redis_server.url, key_prefix=redis_prefix)])
     chain_a.save(keys_a.key("embedding", [digest]), VALUE)
-    assert chain_b.load(keys_b.key("embedding", [digest])) is None
-    assert np.array_equal(chain_a.load(keys_a.key("embedding", [digest])), VALUE)
+    assert load(chain_b, keys_b.key("embedding", [digest])) is None
+    assert np.array_equal(load(chain_a, keys_a.key("embedding", [digest])), VALUE)
     # and a different key prefix separates deployments even for the same key
     other = TierChain([RedisTier(redis_server.url, key_prefix=redis_prefix + "other:")])
-    assert other.load(keys_a.key("embedding", [digest])) is None
+    assert load(other, keys_a.key("embedding", [digest])) is None
 
 
 def test_ttl_is_set(redis_server: Any, redis_prefix: str) -> None:

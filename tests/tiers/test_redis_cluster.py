@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from tests.conftest import encode_image, random_image
+from tests.support.tier_reads import contains, load
 from tests.tiers.conftest import VALUE, FakeClock, free_port, key
 from visioncache import VisionEmbeddingCache
 from visioncache.cli import main
@@ -44,7 +45,7 @@ def test_keys_spread_over_every_node_round_trip(redis_cluster: Any) -> None:
     for name, blob in blobs.items():
         tier.put(name, blob)
     assert {name: tier.get(name) for name in blobs} == blobs
-    assert all(tier.contains(name) for name in blobs)
+    assert all(contains(tier, name) for name in blobs)
     counts = keys_per_node(redis_cluster, prefix)
     assert sum(counts.values()) == 50 and all(count > 0 for count in counts.values()), counts
     tier.close()
@@ -105,7 +106,7 @@ def test_a_cluster_that_is_down_at_start_fails_no_request() -> None:
     clock = FakeClock()
     tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", cluster=True)  # nothing listens
     chain = TierChain([tier], clock=clock, max_pending_write_bytes=0)
-    assert [chain.load(key(index)) for index in range(20)] == [None] * 20
+    assert [load(chain, key(index)) for index in range(20)] == [None] * 20
     chain.save(key(0), VALUE)  # skipped by the open breaker, no exception
     stats = chain.stats().tier("redis")
     assert stats.errors == 1 and stats.breaker_open == 1 and stats.skipped == 20
@@ -129,7 +130,7 @@ def test_stalled_cluster_costs_one_failure_per_interval(spare_cluster: Any) -> N
     for process in spare_cluster.processes:
         os.kill(process.pid, signal.SIGSTOP)  # alive but answering nothing
     try:
-        assert all(chain.load(key(0)) is None for _ in range(20))
+        assert all(load(chain, key(0)) is None for _ in range(20))
     finally:
         for process in spare_cluster.processes:
             os.kill(process.pid, signal.SIGCONT)
@@ -138,7 +139,7 @@ def test_stalled_cluster_costs_one_failure_per_interval(spare_cluster: Any) -> N
     stats = chain.stats().tier("redis")
     assert stats.errors == 1 and stats.skipped == 19
     clock.now += 5.0
-    assert np.array_equal(chain.load(key(0)), VALUE)  # used again once it answers
+    assert np.array_equal(load(chain, key(0)), VALUE)  # used again once it answers
     tier.close()
 
 
@@ -148,10 +149,10 @@ def test_killed_cluster_costs_nothing_and_restart_brings_the_tier_back(spare_clu
     tier = RedisTier(spare_cluster.url, cluster=True, key_prefix=unique_prefix())
     chain = TierChain([tier], clock=clock, max_pending_write_bytes=0)
     assert chain.save(key(0), VALUE)
-    assert np.array_equal(chain.load(key(0)), VALUE)
+    assert np.array_equal(load(chain, key(0)), VALUE)
 
     spare_cluster.stop()  # kill -9 every node
-    results = [chain.load(key(index % 3)) for index in range(50)]
+    results = [load(chain, key(index % 3)) for index in range(50)]
     for index in range(50):
         chain.save(key(index), VALUE)
     assert results == [None] * 50
@@ -159,13 +160,13 @@ def test_killed_cluster_costs_nothing_and_restart_brings_the_tier_back(spare_clu
     assert stats.errors == 1 and stats.breaker_open == 1 and stats.skipped == 99
     assert chain.stats().tier("redis").errors == 1
     clock.now += 5.0  # one probe per interval, and it fails again
-    assert chain.load(key(0)) is None and chain.load(key(0)) is None
+    assert load(chain, key(0)) is None and load(chain, key(0)) is None
     assert chain.stats().tier("redis").errors == 2
 
     spare_cluster.start()  # same ports; nodes-P.conf rejoins the cluster, empty
     clock.now += 5.0
     assert chain.save(key(1), VALUE)
-    assert np.array_equal(chain.load(key(1)), VALUE)
+    assert np.array_equal(load(chain, key(1)), VALUE)
     assert chain.stats().tier("redis").breaker_open == 0
     tier.close()
 

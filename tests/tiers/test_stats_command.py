@@ -42,7 +42,7 @@ def test_stats_on_disk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     tier.close()
     assert main(["stats", "--disk", str(tmp_path / "disk")]) == 0
     check(capsys.readouterr().out, first, second)
-    assert DiskTier(tmp_path / "disk").stats()["max_bytes"] == 2**24  # the limit was not changed
+    assert DiskTier(tmp_path / "disk").sizes().max_bytes == 2**24  # the limit was not changed
 
 
 def test_stats_on_redis(redis_server: Any, redis_prefix: str, capsys: pytest.CaptureFixture[str]) -> None:

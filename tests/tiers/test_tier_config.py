@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.tier_reads import load
 from visioncache import VisionEmbeddingCache
 from visioncache.errors import ConfigurationError
 from visioncache.tiers.config import chain_from_env
@@ -38,8 +39,8 @@ def test_from_env_builds_the_tiers_it_names(tmp_path: Path) -> None:
     assert (remote.name, remote.key_prefix, remote.ttl_seconds) == ("redis", "vc-test:", 60)  # type: ignore[attr-defined]
     assert len(chain.tier_keys(KEY)) == 3  # the current secret and two previous ones
     assert chain.save(KEY, VALUE)  # nothing listens on port 1: Redis fails, disk stores
-    assert disk.stats()["max_bytes"] == 3 * 2**20
-    assert np.array_equal(chain.load(KEY), VALUE)
+    assert disk.sizes().max_bytes == 3 * 2**20
+    assert np.array_equal(load(chain, KEY), VALUE)
     assert chain.stats().tier("redis").errors == 1  # then its breaker skips it
     chain.close()
 

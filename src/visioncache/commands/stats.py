@@ -13,9 +13,12 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from visioncache.errors import ConfigurationError
+from visioncache.tiers import TierSettings, defaults
 from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_name
 
 __all__ = ["add_parser", "run"]
+
+_SCAN_TIMEOUT = 5.0  # seconds per Redis operation while listing a tier
 
 
 def add_parser(subparsers: Any) -> None:
@@ -25,7 +28,9 @@ def add_parser(subparsers: Any) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--disk", metavar="DIR", help="directory of a disk tier")
     where.add_argument("--redis", metavar="URL", help="redis:// URL of a Redis/Valkey tier")
-    parser.add_argument("--prefix", default="visioncache:", help="Redis key prefix (default: visioncache:)")
+    parser.add_argument(
+        "--prefix", default=defaults.REDIS_PREFIX, help=f"Redis key prefix (default: {defaults.REDIS_PREFIX})"
+    )
     parser.add_argument(
         "--cluster", action="store_true", help="--redis URL names a node of a Redis Cluster: read every node"
     )
@@ -33,18 +38,18 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.disk is not None:
-        from visioncache.tiers.disk import DiskTier
-
         if not os.path.isdir(args.disk):
             raise ConfigurationError(f"--disk {args.disk!r} is not a directory")
-        tier: Any = DiskTier(args.disk)  # no max_bytes: keep the writers' limit
+        settings = TierSettings(disk_dir=args.disk)  # no disk_max_bytes: keep the writers' limit
         where = f"disk tier {args.disk}"
     else:
-        from visioncache.tiers.redis import RedisTier
-
         cluster: bool = args.cluster
-        tier = RedisTier(args.redis, key_prefix=args.prefix, socket_timeout=5.0, cluster=cluster)
+        # A scan may take longer than a request's lookup: a generous timeout per operation.
+        settings = TierSettings(
+            redis_url=args.redis, redis_prefix=args.prefix, redis_timeout=_SCAN_TIMEOUT, redis_cluster=cluster
+        )
         where = f"redis {'cluster ' if cluster else ''}tier {args.redis}, prefix {args.prefix!r}"
+    (tier,) = settings.build_tiers()
     try:
         if args.redis is not None and not args.cluster and _is_cluster_node(args.redis):
             raise ConfigurationError(
@@ -52,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             )
         keys = list(tier.keys())
         entry_keys = [key for key in keys if not key.startswith(NAMESPACE_PREFIX)]
-        nbytes = tier.stats()["bytes"] if args.disk is not None else tier.stored_bytes(entry_keys)
+        nbytes = tier.stored_bytes(entry_keys)
         names = {}
         for key in keys:
             if key.startswith(NAMESPACE_PREFIX):
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"cannot read {where}: {error}") from None
     finally:
         tier.close()
-    print(format_summary(where, entry_keys, int(nbytes), names))
+    print(format_summary(where, entry_keys, nbytes, names))
     return 0
 
 
@@ -72,7 +77,7 @@ def _is_cluster_node(url: str) -> bool:
     """Whether the server at ``url`` runs in cluster mode (then one node holds only some keys)."""
     import redis
 
-    client = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
+    client = redis.Redis.from_url(url, socket_timeout=_SCAN_TIMEOUT, socket_connect_timeout=_SCAN_TIMEOUT)
     try:
         return bool(client.info("cluster").get("cluster_enabled"))
     finally:

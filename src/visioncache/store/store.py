@@ -92,17 +92,6 @@ class Store:
                 entry = self.find(key)
         return entry
 
-    def get(self, key: str) -> Any | None:
-        """The value for ``key`` (now recently used), or None; counts a hit or a miss."""
-        entry = self.lookup(key)
-        tally = self._counters.local()
-        if entry is None:
-            tally["misses"] += 1
-            return None
-        tally["hits"] += 1
-        tally["time_saved"] += entry.cost
-        return entry.value
-
     def claim(self, key: str) -> Claim:
         """Look ``key`` up for a computation: a hit, a wait on its owner, or ownership of it.
 

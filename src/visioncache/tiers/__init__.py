@@ -8,7 +8,7 @@ from visioncache.tiers.chain import DEFAULT_MAX_PENDING_WRITE_BYTES, TierChain, 
 from visioncache.tiers.config import ENV_PREFIX, chain_from_env, chain_from_spec
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.settings import TierSettings
-from visioncache.tiers.stats import ChainStats, TierStats
+from visioncache.tiers.stats import ChainStats, TierCounts, TierSizes, TierStats
 
 __all__ = [
     "DEFAULT_MAX_PENDING_WRITE_BYTES",
@@ -17,7 +17,9 @@ __all__ = [
     "DiskTier",
     "Tier",
     "TierChain",
+    "TierCounts",
     "TierSettings",
+    "TierSizes",
     "TierStats",
     "UnsignedTierWarning",
     "chain_from_env",

@@ -7,14 +7,18 @@ and counts it, and a circuit breaker then skips the tier for a while, so a faili
 fails a request and costs at most one timeout per retry interval. A problem with one key only
 (e.g. a Redis key of the wrong type) is raised as `CorruptEntryError`: the chain treats that key
 as a corrupt entry, not the tier as down. Constructing a tier opens nothing: files and connections
-start at the first operation. ``stats`` must be cheap and make no network call: it runs at every
-metrics scrape.
+start at the first operation. ``sizes`` must be cheap and make no network call: it runs at every
+metrics scrape. ``network`` says whether other hosts can write to the tier: then, without an HMAC
+secret, anyone who can reach it can plant values (`UnsignedTierWarning`). ``keys`` and
+``stored_bytes`` serve ``visioncache stats`` and may be slow; no request path calls them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
+
+from visioncache.tiers.stats import TierSizes
 
 __all__ = ["Tier"]
 
@@ -24,6 +28,7 @@ class Tier(Protocol):
     """One level of shared storage (memory, disk, Redis): blobs by key."""
 
     name: str
+    network: bool  # shared with other hosts: unsigned blobs could be planted by any of them
 
     def get(self, key: str) -> bytes | None:
         """The blob stored under ``key``, or None."""
@@ -45,8 +50,16 @@ class Tier(Protocol):
         """Whether each key is stored (without counting hits or misses), in one round trip."""
         ...
 
-    def stats(self) -> dict[str, int | float]:
-        """Counters and sizes this tier knows locally (no network call)."""
+    def keys(self) -> Iterator[str]:
+        """Every key stored (namespace records included), without touching recency."""
+        ...
+
+    def sizes(self) -> TierSizes:
+        """Entries, bytes and budget as far as this tier knows them locally (no network call)."""
+        ...
+
+    def stored_bytes(self, keys: Sequence[str]) -> int:
+        """Bytes the tier spends on ``keys`` (may ask the server; the disk tier answers its volume)."""
         ...
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from visioncache.errors import ConfigurationError
+from visioncache.tiers import defaults
 
 __all__ = ["CircuitBreaker"]
 
@@ -20,7 +21,9 @@ __all__ = ["CircuitBreaker"]
 class CircuitBreaker:
     """Closed (calls go through), open (calls skipped) or probing; ``clock`` is injectable for tests."""
 
-    def __init__(self, retry_interval: float = 5.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, retry_interval: float = defaults.RETRY_INTERVAL, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if not retry_interval > 0:  # also refuses nan
             raise ConfigurationError(f"retry_interval must be > 0 seconds, got {retry_interval}")
         self.retry_interval = retry_interval

@@ -99,8 +99,8 @@ class TierChain:
         self._namespaces: dict[str, str] = {}  # tag -> name, written with the first save
         self._registered: set[str] = set()
         self._writer = BackgroundWriter(max_pending_write_bytes) if max_pending_write_bytes else None
-        if not accepted and any(getattr(tier, "network", False) for tier in tiers):
-            _warn_unsigned([tier.name for tier in tiers if getattr(tier, "network", False)], secret_setting)
+        if not accepted and any(tier.network for tier in tiers):
+            _warn_unsigned([tier.name for tier in tiers if tier.network], secret_setting)
 
     # ---- keys ----------------------------------------------------------------------------------
     def tier_keys(self, key: str) -> list[str]:
@@ -162,10 +162,6 @@ class TierChain:
                 tier.add("corrupt")
                 self._submit(0, partial(tier.call, partial(tier.tier.delete, name)))
         return None
-
-    def load(self, key: str) -> Any | None:
-        """`load_many` of one key."""
-        return self.load_many([key])[0]
 
     def load_entries(self, keys: Sequence[str]) -> list[tuple[Any, float] | None]:
         """Cache entries saved by `save_entry`: (value, seconds it cost to compute), or None."""

@@ -28,6 +28,8 @@ from typing import Any
 import diskcache
 
 from visioncache.errors import ConfigurationError, CorruptEntryError
+from visioncache.tiers import defaults
+from visioncache.tiers.stats import TierSizes
 
 __all__ = ["BytesOnlyDisk", "DiskTier"]
 
@@ -100,7 +102,7 @@ class DiskTier:
         max_bytes: int | None = None,
         *,
         name: str = "disk",
-        timeout: float = 1.0,
+        timeout: float = defaults.DISK_TIMEOUT,
     ) -> None:
         if max_bytes is not None and max_bytes <= 0:
             raise ConfigurationError(f"DiskTier max_bytes must be > 0, got {max_bytes}")
@@ -168,9 +170,6 @@ class DiskTier:
     def delete(self, key: str) -> None:
         self._cache.delete(key, retry=False)
 
-    def contains(self, key: str) -> bool:
-        return key in self._cache
-
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         cache = self._cache
         return [key in cache for key in keys]
@@ -180,16 +179,20 @@ class DiskTier:
         for key in self._cache.iterkeys():
             yield str(key)
 
-    def stats(self) -> dict[str, int | float]:
+    def sizes(self) -> TierSizes:
         if self._opened is None and not os.path.isdir(self.directory):
-            return {"rejections": self._rejections}  # opening it now would create the directory
+            return TierSizes(rejections=self._rejections)  # opening it now would create the directory
         cache = self._cache
-        return {
-            "entries": len(cache),
-            "bytes": int(cache.volume()),
-            "max_bytes": int(cache.size_limit),
-            "rejections": self._rejections,
-        }
+        return TierSizes(
+            entries=len(cache),
+            bytes=int(cache.volume()),
+            max_bytes=int(cache.size_limit),
+            rejections=self._rejections,
+        )
+
+    def stored_bytes(self, keys: Sequence[str]) -> int:
+        """The directory's volume (database and value files): every key's share, records included."""
+        return int(self._cache.volume())
 
     def close(self) -> None:
         if self._opened is not None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 from visioncache.errors import CorruptEntryError
 from visioncache.tiers.base import Tier
 from visioncache.tiers.breaker import CircuitBreaker
-from visioncache.tiers.stats import TierCounts, TierStats, tier_stats
+from visioncache.tiers.stats import TierCounts, TierSizes, TierStats, tier_stats
 
 __all__ = ["GuardedTier"]
 
@@ -32,7 +32,7 @@ class GuardedTier:
         self.tier = tier
         self.name = tier.name
         self.breaker = breaker
-        self._counts = TierCounts()
+        self._counts = dict.fromkeys((field.name for field in fields(TierCounts)), 0)
         self._lock = threading.Lock()
 
     def call(self, operation: Callable[[], Any]) -> tuple[bool, Any]:
@@ -53,23 +53,25 @@ class GuardedTier:
         return True, result
 
     def add(self, counter: str, count: int = 1) -> None:
-        """Add ``count`` to one of the `TierCounts` (a typo fails loudly: no such attribute)."""
-        with self._lock:  # `+=` on an attribute is not atomic across threads
-            setattr(self._counts, counter, getattr(self._counts, counter) + count)
+        """Add ``count`` to one of the `TierCounts` (a typo fails loudly: no such counter)."""
+        if counter not in self._counts:
+            raise KeyError(f"no tier counter {counter!r}")
+        with self._lock:  # `+=` on a dict item is not atomic across threads
+            self._counts[counter] += count
 
     def stats(self) -> TierStats:
         """The counts, the breaker, and the tier's own sizes — unless its breaker is open (then
         the sizes are left out); a tier whose stats raise counts as failing."""
-        own: dict[str, Any] = {}
+        sizes = TierSizes()
         if not self.breaker.is_open:
             try:
-                own = self.tier.stats()
+                sizes = self.tier.sizes()
             except Exception as error:
-                logger.warning("tier %s: stats failed: %r", self.name, error)
+                logger.warning("tier %s: sizes failed: %r", self.name, error)
                 self.breaker.record_failure()
         with self._lock:
-            counts = TierCounts(**asdict(self._counts))
-        return tier_stats(self.name, counts, self.breaker, own)
+            counts = TierCounts(**self._counts)
+        return tier_stats(self.name, counts, self.breaker, sizes)
 
     def close(self) -> None:
         try:

@@ -29,6 +29,7 @@ from redis.retry import Retry
 
 from visioncache.errors import ConfigurationError, CorruptEntryError
 from visioncache.tiers import defaults
+from visioncache.tiers.stats import TierSizes
 
 __all__ = ["RedisTier"]
 
@@ -104,9 +105,6 @@ class RedisTier:
     def delete(self, key: str) -> None:
         self._client.delete(self.key_prefix + key)
 
-    def contains(self, key: str) -> bool:
-        return bool(self._client.exists(self.key_prefix + key))
-
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         pipeline = self._client.pipeline(transaction=False)  # one round trip (per node)
         for key in keys:
@@ -119,15 +117,15 @@ class RedisTier:
         for raw_key in self._client.scan_iter(match=pattern, count=_SCAN_BATCH):
             yield raw_key.decode("utf-8", "surrogateescape")[len(self.key_prefix) :]
 
-    def stored_bytes(self, keys: list[str]) -> int:
+    def stored_bytes(self, keys: Sequence[str]) -> int:
         """Memory the server uses for ``keys`` (MEMORY USAGE does not refresh their LRU clocks)."""
         pipeline = self._client.pipeline(transaction=False)
         for key in keys:
             pipeline.memory_usage(self.key_prefix + key, samples=0)
         return sum(usage or 0 for usage in pipeline.execute())
 
-    def stats(self) -> dict[str, int | float]:
-        return {}  # the chain counts calls, failures and breaker skips; the server knows the rest
+    def sizes(self) -> TierSizes:
+        return TierSizes()  # the server knows its sizes; asking it would be a network call
 
     def close(self) -> None:
         if self._created is not None:

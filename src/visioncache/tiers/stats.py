@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 from visioncache.tiers.breaker import CircuitBreaker
 
-__all__ = ["ChainStats", "TierCounts", "TierStats", "tier_stats"]
+__all__ = ["ChainStats", "TierCounts", "TierSizes", "TierStats", "tier_stats"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TierCounts:
-    """What the chain counted for one tier (mutable, under the chain's lock)."""
+    """What the chain counted for one tier."""
 
     hits: int = 0  # keys a batched read found intact here
     misses: int = 0
@@ -24,36 +23,34 @@ class TierCounts:
 
 
 @dataclass(frozen=True)
-class TierStats:
-    """One tier: the chain's counts (as in `TierCounts`), its breaker, and its own sizes."""
+class TierSizes:
+    """What a tier knows about itself without a network call (`Tier.sizes`)."""
 
-    name: str
-    hits: int = 0
-    misses: int = 0
-    errors: int = 0
-    corrupt: int = 0
-    unverified: int = 0
-    writes: int = 0
-    promotions: int = 0
-    skipped: int = 0  # calls the open breaker answered without touching the tier
-    breaker_opens: int = 0
-    breaker_open: bool = False
     entries: int | None = None  # None: the tier does not know cheaply (e.g. Redis)
     bytes: int | None = None
     max_bytes: int | None = None
     rejections: int = 0  # blobs larger than the tier's whole budget
 
 
-def tier_stats(name: str, counts: TierCounts, breaker: CircuitBreaker, own: dict[str, Any]) -> TierStats:
-    """A `TierStats` from the chain's counts, the breaker and ``tier.stats()``."""
-    sizes = {key: int(own[key]) for key in ("entries", "bytes", "max_bytes", "rejections") if key in own}
+@dataclass(frozen=True, kw_only=True)
+class TierStats(TierSizes, TierCounts):
+    """One tier: the chain's `TierCounts`, the tier's own `TierSizes`, and its breaker."""
+
+    name: str
+    skipped: int = 0  # calls the open breaker answered without touching the tier
+    breaker_opens: int = 0
+    breaker_open: bool = False
+
+
+def tier_stats(name: str, counts: TierCounts, breaker: CircuitBreaker, sizes: TierSizes) -> TierStats:
+    """A `TierStats` from the chain's counts, the breaker and the tier's sizes."""
     return TierStats(
         **asdict(counts),
+        **asdict(sizes),
         name=name,
         skipped=breaker.skipped,
         breaker_opens=breaker.opens,
         breaker_open=breaker.is_open,
-        **sizes,
     )
 
 

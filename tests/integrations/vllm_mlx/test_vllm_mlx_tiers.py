@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integrations.vllm_mlx.chat import client_for, complete, image_url, user_message
+from tests.support.tier_reads import load
 from tests.support.vllm_mlx_server import ServerProcess
 from tests.tiers.conftest import RedisProcess, redis_process_factory, redis_server
 from visioncache import TierSettings, VisionEmbeddingCache
@@ -80,4 +81,4 @@ def test_regression_serve_mlx_signs_every_redis_entry_with_its_secret(
         with reader(redis_server.url, namespace) as unsigned:
             unsigned_tiers = unsigned.tiers
             assert unsigned_tiers is not None
-            assert unsigned_tiers.load(key) is None  # an unsigned reader never accepts a signed blob
+            assert load(unsigned_tiers, key) is None  # an unsigned reader never accepts a signed blob
