@@ -2,7 +2,8 @@
 
 Tiers: the in-memory Store (what the cache holds above the chain), DiskTier on /dev/shm and on
 the local disk, and RedisTier on a redis-server this script starts on a free loopback port.
-Each number is the median of ``--repeats`` hits through `TierChain.load` (memory: `Store.get`).
+Each number is the median of ``--repeats`` one-key hits through `TierChain.load_many` (memory:
+`Store.lookup`).
 Beside them, what a miss costs instead on this machine: the 3 MB value is a 2B-class tower's
 embedding of one 1024x768 image (999 x 1536 bf16), recomputed by the vision encoder (tiny tower;
 with ``--full-tower`` also the 2B-class one, ~20-45 s on a CPU); the 20 MB value is about that
@@ -126,13 +127,13 @@ def main() -> None:
         for label, value in VALUES.items():
             store = Store(max_bytes=2**30)
             store.put(KEY, value)
-            rows["memory Store"][label] = median_ms(lambda store=store: store.get(KEY), args.repeats)
+            rows["memory Store"][label] = median_ms(lambda store=store: store.lookup(KEY), args.repeats)
             for name, tier in tiers.items():
                 chain = TierChain([tier])
                 chain.save(KEY, value)
-                loaded = chain.load(KEY)
+                (loaded,) = chain.load_many([KEY])
                 assert loaded.dtype == value.dtype and np.array_equal(loaded, value)
-                rows[name][label] = median_ms(lambda chain=chain: chain.load(KEY), args.repeats)
+                rows[name][label] = median_ms(lambda chain=chain: chain.load_many([KEY]), args.repeats)
     finally:
         for tier in tiers.values():
             tier.close()
