@@ -216,10 +216,10 @@ def test_quick_bench_end_to_end(tmp_path: Path) -> None:
 
 def test_missing_hf_extra_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from visioncache.commands import bench
-    from visioncache.errors import ConfigurationError
+    from visioncache.errors import MissingExtraError
 
     monkeypatch.setitem(sys.modules, "torch", None)  # what `import torch` meets without the extra
-    with pytest.raises(ConfigurationError, match=r"pip install 'visioncache\[hf\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install 'visioncache\[hf\]'"):
         bench.run(bench_args(tmp_path))
 
 

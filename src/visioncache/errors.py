@@ -13,6 +13,7 @@ __all__ = [
     "ImageTooLargeError",
     "InvalidArgumentError",
     "InvalidImageError",
+    "MissingExtraError",
     "PinMismatchError",
     "PlaceholderMismatchError",
     "UnserializableValueError",
@@ -61,6 +62,11 @@ class PlaceholderMismatchError(VisionCacheError, ValueError):
 
 class ConfigurationError(VisionCacheError, ValueError):
     """A constructor argument or setting is invalid (e.g. a byte size such as ``"2 parsecs"``)."""
+
+
+class MissingExtraError(VisionCacheError, ImportError):
+    """An optional dependency is not installed; the message names the ``pip install
+    'visioncache[extra]'`` that brings it (raised by `visioncache.extras.requires`)."""
 
 
 class EncoderOutputError(VisionCacheError, ValueError):

@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
-from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
-
+from visioncache.extras import requires
 from visioncache.stats import CacheStats
-from visioncache.store.store import StoreStats
-from visioncache.tiers.stats import ChainStats, TierStats
+from visioncache.store import StoreStats
+from visioncache.tiers import ChainStats, TierStats
+
+with requires("metrics", "visioncache.metrics (Prometheus)"):
+    from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector, CollectorRegistry
 
 __all__ = ["VisionCacheCollector", "register_metrics"]
 

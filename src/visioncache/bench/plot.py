@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from visioncache.bench.report import ModeResult, format_seconds, image_cost_ratios
+from visioncache.extras import requires
 
 __all__ = ["plot_results"]
 
@@ -26,10 +27,11 @@ def plot_results(
     path: str | Path,
 ) -> None:
     """Write the two-panel PNG comparing ``results`` to ``path``."""
-    import matplotlib
+    with requires("hf", "visioncache bench --plot"):
+        import matplotlib
 
-    matplotlib.use("Agg")  # files only: no display on servers and CI
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")  # files only: no display on servers and CI
+        import matplotlib.pyplot as plt
 
     modes = [result.mode for result in results]
     figure, (time_axis, cost_axis) = plt.subplots(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from visioncache.errors import ConfigurationError
+from visioncache.extras import requires
 
 __all__ = ["add_parser", "run"]
 
@@ -92,22 +93,16 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if args.engine == "mlx":
         if args.model is not None:
             raise ConfigurationError("--model is not supported with --engine mlx (random weights only)")
-        try:
+        with requires("mlx", "visioncache bench --engine mlx"):
             from visioncache.bench import mlx_runner
             from visioncache.bench.mlx_pipeline import build_random_model
 
             model, processor = build_random_model("qwen2_vl", args.vision, dtype=args.dtype)
-        except ImportError as error:
-            raise ConfigurationError(str(error)) from None
         return mlx_runner.run_modes, model, processor
-    try:
+    with requires("hf", "visioncache bench"):
         import torch
 
         from visioncache.bench import models, transformers_runner
-    except ImportError as error:
-        raise ConfigurationError(
-            f"visioncache bench needs the hf extra: pip install 'visioncache[hf]' ({error})"
-        ) from None
     dtype = getattr(torch, args.dtype)
     if args.model is not None:
         model, processor = models.load_model(args.model, dtype)

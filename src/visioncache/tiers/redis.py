@@ -21,15 +21,17 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import redis
-import redis.cluster
-from redis.backoff import NoBackoff
-from redis.connection import parse_url
-from redis.retry import Retry
-
 from visioncache.errors import ConfigurationError, CorruptEntryError
+from visioncache.extras import requires
 from visioncache.tiers import defaults
 from visioncache.tiers.stats import TierSizes
+
+with requires("redis", "the Redis tier (visioncache.tiers.redis)"):
+    import redis
+    import redis.cluster
+    from redis.backoff import NoBackoff
+    from redis.connection import parse_url
+    from redis.retry import Retry
 
 __all__ = ["RedisTier"]
 

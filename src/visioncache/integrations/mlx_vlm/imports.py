@@ -1,8 +1,8 @@
 """Import mlx and mlx-vlm on first use, failing with the install command when they are missing.
 
 mlx is an optional extra: importing ``visioncache`` never needs it, and a user who calls an mlx
-integration without it installed is told exactly what to install instead of seeing a bare
-``ModuleNotFoundError`` from deep inside a call.
+integration without it installed gets `visioncache.extras`' one error, naming
+``pip install 'visioncache[mlx]'``, instead of a bare ``ModuleNotFoundError`` from deep inside a call.
 """
 
 from __future__ import annotations
@@ -10,18 +10,14 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["INSTALL_HINT", "import_mlx", "import_mlx_vlm_utils"]
+from visioncache.extras import requires
 
-INSTALL_HINT = (
-    "the mlx integration needs mlx and mlx-vlm (and mlx-cpu on Linux): pip install 'visioncache[mlx]'"
-)
+__all__ = ["import_mlx", "import_mlx_vlm_utils"]
 
 
 def _import(module_name: str) -> ModuleType:
-    try:
+    with requires("mlx", "the mlx integration (mlx, mlx-vlm and, on Linux, mlx-cpu)"):
         return importlib.import_module(module_name)
-    except ImportError as error:
-        raise ImportError(f"{INSTALL_HINT}; importing {module_name!r} failed: {error}") from error
 
 
 def import_mlx() -> ModuleType:

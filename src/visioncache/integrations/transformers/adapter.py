@@ -18,16 +18,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-try:
-    import torch
-    from transformers import PreTrainedModel, ProcessorMixin
-    from transformers.modeling_outputs import BaseModelOutputWithPooling
-    from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "visioncache.integrations.transformers.adapter needs torch and transformers: "
-        f"pip install 'visioncache[hf]' ({error})"
-    ) from error
+import torch
+from transformers import PreTrainedModel, ProcessorMixin
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError, PlaceholderMismatchError

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from visioncache.errors import ConfigurationError, InvalidImageError
+from visioncache.errors import InvalidImageError
+from visioncache.extras import requires
 
 __all__ = ["VideoSource", "VideoStream", "decode_frames", "probe_video", "sample_indices"]
 
@@ -35,12 +36,8 @@ class VideoStream:
 
 
 def _import_av() -> Any:
-    try:
+    with requires("hf", "decoding video files"):
         import av
-    except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ConfigurationError(
-            f"decoding video files needs PyAV: pip install 'visioncache[hf]' ({error})"
-        ) from None
     return av
 
 

@@ -14,6 +14,7 @@ from importlib import metadata
 from types import ModuleType
 
 from visioncache import ConfigurationError
+from visioncache.extras import missing_extra
 
 __all__ = [
     "INSTALL_HINT",
@@ -51,7 +52,9 @@ def import_batch_generator_module() -> ModuleType:
     """
     version = installed_version()
     if version is None:
-        raise ConfigurationError(f"vllm-mlx is not installed: {INSTALL_HINT}")
+        raise missing_extra(
+            "vllm-mlx", "the vllm-mlx integration", "vllm_mlx", f"vllm-mlx=={SUPPORTED_VLLM_MLX_VERSION}"
+        )
     if version != SUPPORTED_VLLM_MLX_VERSION:
         raise ConfigurationError(
             f"visioncache's vllm-mlx integration supports vllm-mlx {SUPPORTED_VLLM_MLX_VERSION} only, "
