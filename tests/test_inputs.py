@@ -77,7 +77,7 @@ def test_regression_unknown_name_error_names_the_accepted_forms_and_content_id()
         compute_image_hash("img_a.jpg")
     message = str(raised.value)
     assert "'img_a.jpg'" in message and "not an existing file (FileNotFoundError)" in message
-    for form in ("data: URL", "http(s) URL", "base64", "bytes", "PIL image", "ContentId"):
+    for form in ("data: URL", "base64", "bytes", "PIL image", "ContentDigest", "ContentId"):
         assert form in message
 
 
@@ -188,38 +188,93 @@ def test_content_id_is_frozen():
         identifier.value = "other"  # type: ignore[misc]
 
 
-# ---- collisions between the domains --------------------------------------------------------------
-def test_collision_content_id_vs_content_vs_url_name(tmp_path: Path):
+# ---- http(s) URLs: refused, never keyed by their text ----------------------------------------------
+@pytest.mark.parametrize(
+    "url", ["https://example.invalid/cat.png", "http://127.0.0.1:8080/a.jpg", "HTTPS://EXAMPLE.INVALID/B"]
+)
+def test_regression_http_url_keyed_by_its_text(url: str):
+    # A URL names an image without containing it: what it serves can change (other content, a 404,
+    # a redirect), so an entry keyed by its text could answer for content the URL no longer serves.
     from visioncache import ContentId
 
-    url = "https://example.invalid/cat.png"
+    cache = VisionEmbeddingCache()
+    for call in (compute_image_hash, lambda url: cache.encode_images([url], lambda images: images)):
+        with pytest.raises(InvalidImageError, match=r"http\(s\) URL.*Fetch it and pass the bytes.*ContentId"):
+            call(url)
+    assert cache.get_stats()["embedding_cache_misses"] == 0  # refused before any lookup
+    # The caller who guarantees what the URL serves never changes says so with a ContentId.
+    assert compute_image_hash(ContentId(url)) == compute_image_hash(ContentId(url))
+
+
+# ---- ContentDigest: a digest visioncache computed, kept instead of the content ---------------------
+def test_content_digest_is_the_identity_of_the_content_it_names(tmp_path: Path):
+    from visioncache import ContentDigest, VisionEmbeddingCache
+
+    png = media_sample("png")
+    cache = VisionEmbeddingCache(salt="tenant")
+    (digest,) = cache.image_digests([png])
+    assert compute_image_hash(ContentDigest(digest)) == compute_image_hash(png) == digest.hex()
+    encoded: list[object] = []
+
+    def encode(images: list[object]) -> list[str]:
+        encoded.extend(images)
+        return ["features"] * len(images)
+
+    assert cache.encode_images([png], encode) == ["features"]
+    # The kept digest hits the entry the content made, without the content; a miss hands the
+    # encoder the ContentDigest itself (the caller supplies the content it names).
+    assert cache.encode_images([ContentDigest(digest)], encode) == ["features"] and encoded == [png]
+    other = ContentDigest(bytes(32))
+    assert cache.encode_images([other], encode) == ["features"] and encoded == [png, other]
+    assert cache.key("embedding", [ContentDigest(digest)]) == cache.key("embedding", [png])
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (b"\x00" * 31, InvalidArgumentError),
+        (b"\x00" * 33, InvalidArgumentError),
+        ("00" * 32, UnsupportedInputTypeError),
+        (bytearray(32), UnsupportedInputTypeError),
+    ],
+)
+def test_content_digest_takes_exactly_32_bytes(value: object, error: type[Exception]):
+    from visioncache import ContentDigest
+
+    with pytest.raises(error, match="ContentDigest"):
+        ContentDigest(value)  # type: ignore[arg-type]
+
+
+# ---- collisions between the domains --------------------------------------------------------------
+def test_collision_content_id_vs_content_vs_content_digest(tmp_path: Path):
+    from visioncache import ContentDigest, ContentId
+
+    text = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
     path = tmp_path / "named"
-    path.write_text(url)
+    path.write_text(text)
     media = b64(media_sample("m4a"))
-    assert compute_image_hash(url.encode()) == compute_image_hash(str(path))  # the URL's text as content
+    assert compute_image_hash(text.encode()) == compute_image_hash(str(path))  # the ID's text as content
+    digest = bytes.fromhex(compute_image_hash(media))
     digests = [
-        compute_image_hash(ContentId(url)),
-        compute_image_hash(url),  # the URL as a name
-        compute_image_hash(url.encode()),
+        compute_image_hash(ContentId(text)),
+        compute_image_hash(text.encode()),
         compute_image_hash(ContentId(str(path))),
         compute_image_hash(ContentId(media)),
         compute_image_hash(media),
+        compute_image_hash(ContentId(digest.hex())),
     ]
     assert len(set(digests)) == len(digests)
+    assert compute_image_hash(ContentDigest(digest)) == compute_image_hash(media)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.text(min_size=1, max_size=200).filter(str.strip))
-def test_collision_content_id_never_equals_content_or_url_digest(text: str):
+def test_collision_content_id_never_equals_content_digest(text: str):
     from visioncache import ContentId
 
     identifier = compute_image_hash(ContentId(text))
     assert identifier != compute_image_hash(text.encode("utf-8", "surrogatepass"))
-    assert (
-        identifier
-        != compute_image_hash("https://" + text)
-        != compute_image_hash(ContentId("https://" + text))
-    )
+    assert identifier != compute_image_hash(ContentId("https://" + text))
 
 
 # ---- properties over random payloads -------------------------------------------------------------

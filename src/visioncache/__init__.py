@@ -21,7 +21,13 @@ from visioncache.errors import (
     UnsupportedInputTypeError,
     VisionCacheError,
 )
-from visioncache.identity import DEFAULT_NAMESPACE, ContentId, compute_image_hash, compute_images_hash
+from visioncache.identity import (
+    DEFAULT_NAMESPACE,
+    ContentDigest,
+    ContentId,
+    compute_image_hash,
+    compute_images_hash,
+)
 from visioncache.stats import CacheStats, VisionCacheStats
 from visioncache.store import Store, StoreStats
 from visioncache.tiers import TierChain, TierSettings
@@ -30,6 +36,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "CacheStats",
     "ConfigurationError",
+    "ContentDigest",
     "ContentId",
     "EncoderOutputError",
     "EncodingCacheEntry",

@@ -4,7 +4,7 @@ The face of the identity package: it re-exports, and imports nothing of the stor
 levels or the cache.
 """
 
-from visioncache.identity.content_id import MAX_CONTENT_ID_CHARS, ContentId
+from visioncache.identity.content_id import MAX_CONTENT_ID_CHARS, ContentDigest, ContentId
 from visioncache.identity.digests import compute_image_hash, compute_images_hash
 from visioncache.identity.framing import domain_key, frame
 from visioncache.identity.hasher import ACCEPTED_INPUTS, DEFAULT_MAX_IMAGE_BYTES, DIGEST_SIZE, ImageHasher
@@ -23,6 +23,7 @@ __all__ = [
     "DIGEST_SIZE",
     "KEY_FORMAT_VERSION",
     "MAX_CONTENT_ID_CHARS",
+    "ContentDigest",
     "ContentId",
     "ImageHasher",
     "ImageKeys",

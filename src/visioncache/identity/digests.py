@@ -17,8 +17,9 @@ def compute_image_hash(image_path: Any) -> str:
     """The content digest of one image as 64 hex characters (256-bit blake3, framed by kind).
 
     Accepts every form in docs/inputs.md: content (bytes, an existing file, a
-    ``data:`` URL, raw base64 of media) has one digest in every form; an http(s) URL is hashed as
-    a name; a PIL image or an array by its pixels; a `ContentId` is the caller's own identifier.
+    ``data:`` URL, raw base64 of media) has one digest in every form (a `ContentDigest` is that
+    digest, kept); a PIL image or an array by its pixels; a `ContentId` is the caller's own
+    identifier. An http(s) URL is refused: it names content without containing it.
     """
     return _default_hasher.digest(image_path).hex()
 

@@ -6,7 +6,9 @@ import struct
 
 from blake3 import blake3
 
-__all__ = ["domain_key", "frame"]
+__all__ = ["DIGEST_SIZE", "domain_key", "frame"]
+
+DIGEST_SIZE = 32  # bytes: 256-bit blake3, never truncated
 
 
 def frame(data: bytes) -> bytes:

@@ -2,13 +2,14 @@
 
 Content is content: an existing regular file, a bytes-like object, a ``data:`` URL, or a string of
 strict base64 whose bytes start a known image, video or audio container, is identified by its
-bytes, whatever their format, and the same bytes get one digest in every form. Decoded pixels (a
-PIL image, a numpy array) hash with their mode or dtype and shape; an http(s) URL is hashed as a
-name (it does not contain the content, so a cache keyed by it trusts the server not to change it);
-a `ContentId` is the caller's own identifier. Each of these kinds hashes in blake3's keyed mode
-under its own key, and variable-length fields are framed, so no two kinds, shapes, dtypes or
-modes share bytes-to-hash (docs/design.md, principle 1). A string that is none of these is refused: a
-mistyped file name must fail loudly, never be hashed as if it were content.
+bytes, whatever their format, and the same bytes get one digest in every form; a `ContentDigest`
+is such a digest, kept. Decoded pixels (a PIL image, a numpy array) hash with their mode or dtype
+and shape; a `ContentId` is the caller's own identifier. Each of these kinds hashes in blake3's
+keyed mode under its own key, and variable-length fields are framed, so no two kinds, shapes,
+dtypes or modes share bytes-to-hash (docs/design.md, principle 1). A string that is none of these
+is refused: a mistyped file name must fail loudly, never be hashed as if it were content. So is an
+http(s) URL: it names content without containing it, and what it serves can change, so no key may
+trust it (fetch it and pass the bytes).
 
 Work is bounded: sizes are checked before reading or decoding, files are opened without blocking
 and read to at most ``max_image_bytes + 1`` bytes, and only regular files are read.
@@ -34,21 +35,20 @@ from visioncache.errors import (
     describe_input,
 )
 from visioncache.identity.base64_view import ascii_tail
-from visioncache.identity.content_id import ContentId
-from visioncache.identity.framing import domain_key, frame
+from visioncache.identity.content_id import ContentDigest, ContentId
+from visioncache.identity.framing import DIGEST_SIZE, domain_key, frame
 from visioncache.identity.path_memo import PathDigestMemo
 from visioncache.identity.pil import pil_digest
 from visioncache.identity.sniff import SNIFF_BYTES, media_kind
 
 __all__ = ["ACCEPTED_INPUTS", "DEFAULT_MAX_IMAGE_BYTES", "DIGEST_SIZE", "ImageHasher", "frame"]
 
-DIGEST_SIZE = 32  # bytes: 256-bit blake3, never truncated
 DEFAULT_MAX_IMAGE_BYTES = 256 * 2**20
 ACCEPTED_INPUTS = (
-    "a path (str or os.PathLike) of an existing regular file, an http(s) URL (hashed as a name), "
-    "a data: URL, a str of strict base64 of an image, video or audio file, bytes, bytearray, "
-    "a contiguous memoryview, a PIL image, a numpy array, or visioncache.ContentId('...') "
-    "for an identifier you already have"
+    "a path (str or os.PathLike) of an existing regular file, a data: URL, a str of strict base64 "
+    "of an image, video or audio file, bytes, bytearray, a contiguous memoryview, a PIL image, "
+    "a numpy array, visioncache.ContentDigest(digest) for a digest image_digests returned, "
+    "or visioncache.ContentId('...') for an identifier you already have"
 )
 
 # Keyed mode, one key per input kind: domain separation without a data prefix, so content stays
@@ -56,7 +56,6 @@ ACCEPTED_INPUTS = (
 # so digests of content stored before media other than images were accepted stay valid.
 _CONTENT = domain_key("visioncache/image/encoded-bytes/v1")
 _ARRAY = domain_key("visioncache/image/ndarray/v1")
-_URL = domain_key("visioncache/image/url/v1")
 _CONTENT_ID = domain_key("visioncache/content-id/v1")
 _SNIFF_CHARS = (SNIFF_BYTES + 2) // 3 * 4  # base64 characters holding the first SNIFF_BYTES bytes
 _MAX_DATA_URL_HEADER = 256
@@ -86,6 +85,8 @@ class ImageHasher:
             return self._digest_content(image, image)
         if isinstance(image, memoryview):
             return self._digest_memoryview(image)
+        if isinstance(image, ContentDigest):
+            return image.digest
         if isinstance(image, ContentId):
             digest: bytes = blake3(image.value.encode("utf-8", "surrogatepass"), key=_CONTENT_ID).digest()
             return digest
@@ -133,8 +134,11 @@ class ImageHasher:
         if text.startswith("data:"):
             return self._digest_data_url(text)
         if text[:8].lower().startswith(("http://", "https://")):
-            digest: bytes = blake3(text.encode("utf-8", "surrogatepass"), key=_URL).digest()
-            return digest
+            raise InvalidImageError(
+                f"{describe_input(text)} is an http(s) URL: it names an image without containing it, "
+                "and what it serves can change, so visioncache never keys by it. Fetch it and pass "
+                "the bytes, or pass ContentId(url) if you guarantee what it serves never changes"
+            )
         found = _stat(text) if len(text) < _MAX_PATH_CHARS else "too long for a file name"
         if type(found) is os.stat_result:
             return self._digest_file(text, found, text)
@@ -148,7 +152,7 @@ class ImageHasher:
             kind = None
         if kind is None or len(text) % 4:
             raise InvalidImageError(
-                f"{describe_input(text)} is not an existing file ({reason}), an http(s) URL, a data: URL, "
+                f"{describe_input(text)} is not an existing file ({reason}), a data: URL, "
                 f"nor strict base64 of an image, video or audio file. Accepted: {ACCEPTED_INPUTS}"
             )
         return self._digest_base64(text, 0, "base64 string")
