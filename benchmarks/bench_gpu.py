@@ -34,33 +34,7 @@ import torch
 from PIL import Image
 
 from visioncache import VisionEmbeddingCache
-
-TOWERS: dict[str, dict[str, dict[str, Any]]] = {
-    "qwen2_vl": {
-        "full": dict(depth=32, embed_dim=1280, num_heads=16, hidden_size=1536, mlp_ratio=4),
-        "tiny": dict(depth=2, embed_dim=64, num_heads=4, hidden_size=64, mlp_ratio=4),
-    },
-    "qwen2_5_vl": {
-        "full": dict(
-            depth=32,
-            hidden_size=1280,
-            intermediate_size=3420,
-            num_heads=16,
-            out_hidden_size=1536,
-            fullatt_block_indexes=[7, 15, 23, 31],
-            window_size=112,
-        ),
-        "tiny": dict(
-            depth=4,
-            hidden_size=64,
-            intermediate_size=128,
-            num_heads=4,
-            out_hidden_size=64,
-            fullatt_block_indexes=[1, 3],
-            window_size=112,
-        ),
-    },
-}
+from visioncache.bench.towers import VISION_TOWERS as TOWERS
 
 
 def build_tower(family: str, size: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:

@@ -41,7 +41,8 @@ from mlx_vlm.utils import prepare_inputs
 from PIL import Image
 
 from visioncache import VisionEmbeddingCache  # step 1: was vllm_mlx.vision_embedding_cache
-from visioncache.bench.mlx_random_model import build_random_model, chat_prompt
+from visioncache.bench.mlx_random_model import build_random_model
+from visioncache.bench.workload import question_prompt
 from visioncache.integrations.mlx_vlm.adapter import cache_namespace, prepare_inputs_with_features
 
 MODEL_NAME = "random-weights-qwen2-vl-tiny"  # names the weights; a real engine: repo id + revision
@@ -104,8 +105,8 @@ def main() -> dict[str, list[mx.array]]:
             model, processor, VisionEmbeddingCache(namespace=cache_namespace(MODEL_NAME, processor, model))
         ),
     }
-    first_turn = chat_prompt("describe the image")
-    second_turn = f"{first_turn} a cat <|im_end|> {chat_prompt('what is in this picture', 0)}"
+    first_turn = question_prompt("describe the image")
+    second_turn = f"{first_turn} a cat <|im_end|> {question_prompt('what is in this picture', 0)}"
     results: dict[str, list[mx.array]] = {}
     with tempfile.TemporaryDirectory() as folder:
         # vllm-mlx saves request images to temporary files and passes their paths.

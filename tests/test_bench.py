@@ -21,7 +21,7 @@ from visioncache.bench.report import (
     image_cost_ratios,
     report_json,
 )
-from visioncache.bench.workload import build_workload, chat_prompt
+from visioncache.bench.workload import MODES, build_workload, chat_prompt
 from visioncache.stats import CacheStats
 from visioncache.store.store import StoreStats
 
@@ -163,7 +163,7 @@ def test_bench_exits_nonzero_when_logits_differ(tmp_path: Path, monkeypatch: pyt
 
     def run_modes(model: Any, processor: Any, workload: Any, *args: Any) -> Any:
         requests = len(workload.requests)
-        return [mode(name, [0.5] * requests, wall_s=2.0) for name in transformers_runner.MODES], 0.25
+        return [mode(name, [0.5] * requests, wall_s=2.0) for name in MODES], 0.25
 
     monkeypatch.setattr(transformers_runner, "run_modes", run_modes)
     assert bench.run(bench_args(tmp_path)) == 1

@@ -16,12 +16,8 @@ pytest.importorskip("av")
 
 from visioncache.bench.video_report import later_turns, mode_rows
 from visioncache.bench.video_runner import TurnResult, VideoModeResult
-from visioncache.bench.video_workload import (
-    STRIDE,
-    VIDEO_PLACEHOLDER,
-    WINDOW,
-    build_video_workloads,
-)
+from visioncache.bench.video_workload import STRIDE, WINDOW, build_video_workloads
+from visioncache.bench.vocabulary import VIDEO_PLACEHOLDER
 from visioncache.integrations.video.clip import VideoFrames, VideoSettings, frame_digest
 
 

@@ -15,7 +15,8 @@ pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip inst
 from PIL import Image  # noqa: E402
 
 from visioncache import VisionEmbeddingCache  # noqa: E402
-from visioncache.bench.mlx_random_model import build_random_model, chat_prompt  # noqa: E402
+from visioncache.bench.mlx_random_model import build_random_model  # noqa: E402
+from visioncache.bench.workload import question_prompt  # noqa: E402
 from visioncache.integrations.mlx_vlm.adapter import cache_namespace  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reference_engine_migration.py"
@@ -67,7 +68,7 @@ def test_step_2_second_request_with_the_same_image_skips_the_vision_tower(
     cache = VisionEmbeddingCache(namespace=cache_namespace(example.MODEL_NAME, processor, model))
     engine = example.VisionCacheEngine(model, processor, cache)
     reference = example.ReferenceEngine(model, processor, VisionEmbeddingCache(enabled=False))
-    for path, prompt in ((first, chat_prompt("describe the image")), (second, chat_prompt("a cat"))):
+    for path, prompt in ((first, question_prompt("describe the image")), (second, question_prompt("a cat"))):
         calls.clear()
         expected = reference.next_token_logits([str(path)], prompt)
         assert len(calls) == 1

@@ -10,13 +10,9 @@ pytest.importorskip("mlx.core", reason="mlx cannot be imported here (pip install
 pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip install 'visioncache[mlx]')")
 
 from visioncache import ConfigurationError
-from visioncache.bench.mlx_pipeline import (
-    IMAGE_PLACEHOLDER,
-    MODES,
-    MlxPipeline,
-    RequestResult,
-    build_random_model,
-)
+from visioncache.bench.mlx_pipeline import MlxPipeline, RequestResult, build_random_model
+from visioncache.bench.vocabulary import IMAGE_PLACEHOLDER
+from visioncache.bench.workload import MODES
 
 
 def conversation() -> list[tuple[list[Image.Image], str]]:

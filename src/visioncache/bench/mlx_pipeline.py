@@ -17,13 +17,13 @@ The tower's time is measured on its own: its output goes to the model through ml
 API for the bench::
 
     model, processor = build_random_model("qwen2_vl", "tiny" | "full", dtype="float32")
-    pipeline = MlxPipeline(model, processor, mode, cache_options={})  # mode in MODES
+    pipeline = MlxPipeline(model, processor, mode, cache_options={})  # mode in workload.MODES
     pipeline.warm_up()                                  # untimed; pays one-time allocations
     result = pipeline.run_request(images, prompt)       # a RequestResult
     pipeline.stats()                                    # the cache's snapshot(), None for "off"
 
-``prompt`` holds one ``IMAGE_PLACEHOLDER`` per image (``workload.chat_prompt(request,
-IMAGE_PLACEHOLDER)``); images are any visioncache image input (the workload's ``data:`` URLs).
+``prompt`` holds one ``vocabulary.IMAGE_PLACEHOLDER`` per image (``workload.chat_prompt(request)``);
+images are any visioncache image input (the workload's ``data:`` URLs).
 A ``ModeResult`` is filled per request with ``prepare_s.append(result.prepare_s)``,
 ``prefill_s.append(result.prepare_s + result.prefill_s)``, and per mode with the sums of
 ``preprocess_s``, ``encode_s`` and ``images_encoded``.
@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from visioncache.bench.mlx_random_model import build_random_model, chat_prompt
+from visioncache.bench.mlx_random_model import build_random_model
+from visioncache.bench.workload import MODES, question_prompt
 from visioncache.cache import VisionEmbeddingCache
 from visioncache.entries import PixelOnlyCacheEntry
 from visioncache.errors import ConfigurationError
@@ -49,10 +50,7 @@ from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_
 from visioncache.integrations.mlx_vlm.processing import preprocess_images
 from visioncache.stats import CacheStats
 
-__all__ = ["IMAGE_PLACEHOLDER", "MODES", "MlxPipeline", "RequestResult", "build_random_model"]
-
-MODES = ("off", "prompt_keyed", "visioncache")
-IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+__all__ = ["MlxPipeline", "RequestResult", "build_random_model"]
 
 
 @dataclass
@@ -96,7 +94,7 @@ class MlxPipeline:
     def warm_up(self) -> None:
         """One small uncached request: the first forward pays one-time allocation costs."""
         image = Image.new("RGB", (56, 56), (120, 80, 40))
-        inputs, _ = self._mlx_vlm_inputs([image], chat_prompt("describe the image"), None)
+        inputs, _ = self._mlx_vlm_inputs([image], question_prompt("describe the image"), None)
         self._prefill(inputs)
 
     def run_request(self, images: Sequence[Any], prompt: str) -> RequestResult:

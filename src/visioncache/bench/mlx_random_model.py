@@ -12,20 +12,16 @@ from __future__ import annotations
 import importlib
 from typing import Any, Literal
 
-from visioncache.bench.vocabulary import SPECIAL_TOKENS
+from visioncache.bench.vocabulary import SPECIAL_TOKENS, build_tokenizer
 from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
 
 __all__ = [
     "IMAGE_MEAN",
     "IMAGE_STD",
-    "SPECIAL_TOKENS",
-    "WORDS",
     "Family",
     "Size",
     "build_random_model",
     "build_random_processor",
-    "build_tokenizer",
-    "chat_prompt",
     "checkpoint_config",
 ]
 
@@ -33,44 +29,10 @@ Family = Literal["qwen2_vl", "qwen2_5_vl"]
 Size = Literal["tiny", "full"]
 
 # Enough plain words that chat templates and the model's random answers are mostly words.
-WORDS = (
-    *("describe", "the", "image", "what", "is", "in", "this", "picture", "a", "cat", "dog", "user"),
-    *("assistant", "system", "and", "compare", "you", "are", "helpful", "look", "at", "photo", "color"),
-    *("red", "green", "blue", "big", "small", "left", "right", "top", "bottom", "one", "two", "three"),
-    *("it", "has", "of", "on", "with", "shape", "tree", "house", "car", "sky", "sea", "person"),
-    *("animal", "light", "dark", "near", "far", "yes", "no"),
-)
 # Qwen2-VL's CLIP normalisation; the numpy image processor defaults to 0.5.
 IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
 IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
 _PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
-
-
-def chat_prompt(question: str, num_images: int = 1) -> str:
-    """A Qwen chat-formatted prompt with one vision placeholder per image (words from the vocab)."""
-    vision = "<|vision_start|><|image_pad|><|vision_end|> " * num_images
-    return f"<|im_start|> user {vision}{question} <|im_end|> <|im_start|> assistant"
-
-
-def build_tokenizer() -> Any:
-    """A word-level tokenizer over the Qwen special tokens and ``WORDS`` (no files)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    # Imported as Any: transformers' tokenizer classes are untyped for mypy --strict.
-    transformers: Any = importlib.import_module("transformers")
-    vocabulary = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *WORDS])}
-    word_level = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="<unk>"))
-    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=word_level,
-        unk_token="<unk>",
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-    )
-    # Special tokens are matched before whitespace splitting, so "<|vision_start|><|image_pad|>"
-    # tokenises as two tokens, as with the real Qwen tokenizer.
-    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[1:7])})
-    return tokenizer
 
 
 def build_random_processor(family: Family = "qwen2_vl") -> Any:

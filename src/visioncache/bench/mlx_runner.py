@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from visioncache.bench.mlx_pipeline import IMAGE_PLACEHOLDER, MODES, MlxPipeline
+from visioncache.bench.mlx_pipeline import MlxPipeline
 from visioncache.bench.report import ModeResult
-from visioncache.bench.workload import Workload, chat_prompt
+from visioncache.bench.workload import MODES, Workload, chat_prompt
 
 __all__ = ["run_modes"]
 
@@ -32,7 +32,7 @@ def run_modes(
     results = [ModeResult(mode) for mode in MODES]
     max_diff = 0.0
     for request in progress(workload.requests, "requests"):
-        prompt = chat_prompt(request, IMAGE_PLACEHOLDER)
+        prompt = chat_prompt(request)
         images = [workload.images[index] for index in request.image_indexes]
         reference: np.ndarray | None = None
         for pipeline, result in zip(pipelines, results, strict=True):

@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     AutoConfig,
     AutoModelForImageTextToText,
     AutoTokenizer,
     PreTrainedModel,
-    PreTrainedTokenizerFast,
     ProcessorMixin,
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
@@ -33,124 +31,36 @@ from transformers import (
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from visioncache.bench.vocabulary import SPECIAL_TOKENS
+from visioncache.bench.towers import VISION_TOWERS
+from visioncache.bench.vocabulary import SPECIAL_TOKENS, build_tokenizer
 from visioncache.errors import ConfigurationError
 
-__all__ = ["FAMILIES", "VISION_SIZES", "build_offline_model", "build_tokenizer", "load_model"]
+__all__ = ["FAMILIES", "VISION_SIZES", "build_offline_model", "load_model"]
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 VISION_SIZES = ("tiny", "full")
 
-# Words of the chat prompts the bench and the tests send; any other word tokenises to <unk>.
-WORDS = (
-    "user",
-    "assistant",
-    "system",
-    "describe",
-    "the",
-    "image",
-    "images",
-    "what",
-    "is",
-    "in",
-    "this",
-    "that",
-    "these",
-    "picture",
-    "photo",
-    "a",
-    "an",
-    "of",
-    "and",
-    "or",
-    "on",
-    "with",
-    "who",
-    "where",
-    "which",
-    "colour",
-    "color",
-    "cat",
-    "dog",
-    "person",
-    "cup",
-    "coffee",
-    "woman",
-    "man",
-    "how",
-    "many",
-    "are",
-    "there",
-    "compare",
-    "first",
-    "second",
-    "third",
-    "last",
-    "one",
-    "two",
-    "it",
-    "now",
-    "again",
-    "please",
-    "more",
-    "detail",
-    "details",
-    "about",
-    "tell",
-    "me",
-    "show",
-    "see",
-    "look",
-    "here",
-    "background",
-    "foreground",
-    "left",
-    "right",
-)
 
 _TEXT_TINY = dict(
     hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128
 )
-# family -> (config class, model class, processor class, patch size, tiny vision config, text extras)
-_FAMILY_SPECS: dict[str, tuple[Any, Any, Any, int, dict[str, Any], dict[str, Any]]] = {
-    "qwen2_vl": (
-        Qwen2VLConfig,
-        Qwen2VLForConditionalGeneration,
-        Qwen2VLProcessor,
-        14,
-        dict(depth=2, embed_dim=64, num_heads=4, hidden_size=64, mlp_ratio=4),
-        dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 2, 4]}),
-    ),
+# family -> (config class, model class, processor class, patch size, text extras); the tiny vision
+# tower is `VISION_TOWERS[family]["tiny"]`.
+_QWEN2_ROPE = dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 2, 4]})
+_FAMILY_SPECS: dict[str, tuple[Any, Any, Any, int, dict[str, Any]]] = {
+    "qwen2_vl": (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor, 14, _QWEN2_ROPE),
     "qwen2_5_vl": (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2_5_VLProcessor,
         14,
-        dict(
-            depth=4,
-            hidden_size=64,
-            intermediate_size=128,
-            num_heads=4,
-            out_hidden_size=64,
-            fullatt_block_indexes=[1, 3],
-            window_size=112,
-        ),
-        dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 2, 4]}),
+        _QWEN2_ROPE,
     ),
     "qwen3_vl": (
         Qwen3VLConfig,
         Qwen3VLForConditionalGeneration,
         Qwen3VLProcessor,
         16,
-        dict(
-            depth=3,
-            hidden_size=64,
-            intermediate_size=128,
-            num_heads=4,
-            out_hidden_size=64,
-            deepstack_visual_indexes=[0, 1],
-            num_position_embeddings=2304,
-        ),
         dict(
             head_dim=16,
             rope_parameters={
@@ -162,8 +72,7 @@ _FAMILY_SPECS: dict[str, tuple[Any, Any, Any, int, dict[str, Any], dict[str, Any
         ),
     ),
 }
-# Qwen2-VL-2B's vision tower; a one-layer text model of the 2B's width keeps the prefill cheap.
-_FULL_VISION = dict(depth=32, embed_dim=1280, num_heads=16, hidden_size=1536, mlp_ratio=4)
+# With Qwen2-VL-2B's vision tower, a one-layer text model of the 2B's width keeps the prefill cheap.
 _FULL_TEXT = dict(
     hidden_size=1536,
     num_hidden_layers=1,
@@ -172,18 +81,6 @@ _FULL_TEXT = dict(
     intermediate_size=1024,
     rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
 )
-
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer whose special tokens are atomic, as in Qwen's real tokenizer."""
-    vocab = {token: index for index, token in enumerate((*SPECIAL_TOKENS, *dict.fromkeys(WORDS)))}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=backend, unk_token="<unk>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[1:7])})
-    return tokenizer
 
 
 def _image_only_processor(processor_class: Any, image_processor: Any, tokenizer: Any) -> Any:
@@ -214,12 +111,11 @@ def build_offline_model(
         raise ConfigurationError(f"unknown vision size {vision!r}; choose one of {VISION_SIZES}")
     if vision == "full" and family != "qwen2_vl":
         raise ConfigurationError("--vision full is defined for qwen2_vl only")
-    config_class, model_class, processor_class, patch_size, vision_config, text_extra = _FAMILY_SPECS[family]
+    config_class, model_class, processor_class, patch_size, text_extra = _FAMILY_SPECS[family]
+    vision_config = VISION_TOWERS[family][vision]
     tokenizer = build_tokenizer()
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
     text_config = {**_TEXT_TINY, **text_extra} if vision == "tiny" else dict(_FULL_TEXT)
-    if vision == "full":
-        vision_config = _FULL_VISION
     config = config_class(
         vision_config={
             **vision_config,

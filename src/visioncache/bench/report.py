@@ -7,13 +7,27 @@ ratio honest (a cache that changed outputs would be fast and wrong). Engine-agno
 
 from __future__ import annotations
 
+import json
+import shlex
 import statistics
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from visioncache.stats import CacheStats, hit_rate
 
-__all__ = ["ModeResult", "format_seconds", "format_table", "image_cost_ratios", "report_json"]
+__all__ = [
+    "ModeResult",
+    "command_line",
+    "finish",
+    "format_seconds",
+    "format_table",
+    "image_cost_ratios",
+    "logit_check",
+    "report_json",
+]
 
 
 @dataclass
@@ -100,12 +114,38 @@ def report_json(
     """The ``--json`` report: per-mode measurements, the logit check, ratios and the settings."""
     return {
         "settings": settings,
-        "max_abs_logit_diff": max_abs_logit_diff,
-        "logit_tolerance": tolerance,
-        "outputs_match": max_abs_logit_diff <= tolerance,
+        **logit_check(max_abs_logit_diff, tolerance),
         "repeated_image_cost_ratio": image_cost_ratios(results, repeated_only),
         "modes": {result.mode: result.to_json(repeated_only) for result in results},
     }
+
+
+def logit_check(max_abs_logit_diff: float, tolerance: float) -> dict[str, Any]:
+    """The report's verdict: the largest logit difference between modes, the tolerance, and
+    whether the outputs match (every bench report, image or video, states it the same way)."""
+    return {
+        "max_abs_logit_diff": max_abs_logit_diff,
+        "logit_tolerance": tolerance,
+        "outputs_match": max_abs_logit_diff <= tolerance,
+    }
+
+
+def command_line(argv: Sequence[str] = sys.argv) -> str:
+    """The ``visioncache bench ...`` command this process runs, as one shell line."""
+    arguments = argv[2:] if list(argv[1:2]) == ["bench"] else argv[1:]
+    return "visioncache bench " + shlex.join(arguments)
+
+
+def finish(report: dict[str, Any], json_path: str | None) -> int:
+    """Print the verdict, write the ``--json`` report, and return the exit status (0: outputs match)."""
+    verdict = "OK" if report["outputs_match"] else "MISMATCH"
+    print(
+        f"max |logit difference| between modes: {report['max_abs_logit_diff']:.3g} "
+        f"(tolerance {report['logit_tolerance']:g}): {verdict}"
+    )
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if report["outputs_match"] else 1
 
 
 def format_seconds(seconds: float) -> str:

@@ -19,14 +19,11 @@ from transformers import PreTrainedModel, ProcessorMixin
 
 from visioncache import VisionEmbeddingCache
 from visioncache.bench.report import ModeResult
-from visioncache.bench.workload import Workload, chat_prompt
+from visioncache.bench.workload import MODES, Workload, chat_prompt, question_prompt
 from visioncache.integrations.transformers.adapter import CachedVisionModel, StageTimes, model_namespace
 from visioncache.integrations.transformers.images import ImageInput, load_pil_image
 
-__all__ = ["IMAGE_PLACEHOLDER", "MODES", "run_modes"]
-
-MODES = ("off", "prompt_keyed", "visioncache")
-IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+__all__ = ["run_modes"]
 
 # (prompt, images) -> (model inputs, seconds spent on the images: pixels and vision output)
 Prepare = Callable[[str, list[ImageInput]], tuple[dict[str, Any], float]]
@@ -115,7 +112,7 @@ class _Engine:
     def warm_up(self) -> None:
         """One small request, untimed: the first forward pays one-time allocation costs."""
         image = Image.new("RGB", (56, 56), (120, 80, 40))
-        prompt = f"<|im_start|>user\n{IMAGE_PLACEHOLDER}describe<|im_end|>\n"
+        prompt = question_prompt("describe")
         self.prefill_logits(self._processor_and_encoder(prompt, [image], StageTimes(), None)[0])
 
 
@@ -170,7 +167,7 @@ def run_modes(
     runs = [_ModeRun(engine, mode) for mode in MODES]
     max_diff = 0.0
     for request in progress(workload.requests, "requests"):
-        prompt = chat_prompt(request, IMAGE_PLACEHOLDER)
+        prompt = chat_prompt(request)
         images: list[ImageInput] = [workload.images[i] for i in request.image_indexes]
         reference, *others = (run.run(prompt, images) for run in runs)
         for logits in others:

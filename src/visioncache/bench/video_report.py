@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from visioncache.bench.report import format_seconds
+from visioncache.bench.report import format_seconds, logit_check
 from visioncache.bench.video_runner import VideoModeResult
 
 __all__ = ["later_turns", "mode_rows", "report_json", "turn_rows"]
@@ -94,9 +94,7 @@ def report_json(
     )
     return {
         "settings": settings,
-        "max_abs_logit_diff": max_diff,
-        "logit_tolerance": tolerance,
-        "outputs_match": max_diff <= tolerance,
+        **logit_check(max_diff, tolerance),
         "workloads": {
             name: {
                 "description": descriptions[name],

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from visioncache.bench.vocabulary import VIDEO_PLACEHOLDER
 from visioncache.bench.workload import ANSWER, QUESTIONS, sample_photos
 from visioncache.integrations.video.clip import VideoFrames, VideoInput, VideoSettings
 from visioncache.integrations.video.decode import VideoStream, decode_frames, sample_indices
@@ -24,7 +25,6 @@ from visioncache.integrations.video.decode import VideoStream, decode_frames, sa
 __all__ = ["WORKLOADS", "VideoRequest", "VideoWorkload", "build_video_workloads", "video_prompt"]
 
 WORKLOADS = ("resend", "sliding", "resample")
-VIDEO_PLACEHOLDER = "<|vision_start|><|video_pad|><|vision_end|>"
 WINDOW, STRIDE = 16, 2  # frames per window, new frames per turn (sliding)
 SOURCE_FPS, SAMPLE_FPS = 4, 2  # the MP4's rate, and the rate visioncache samples it at
 RESAMPLE_FPS = (2.0, 3.0, 1.0, 2.5, 1.5, 3.5)  # the client's sampling rate per turn (resample)

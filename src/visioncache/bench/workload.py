@@ -17,7 +17,22 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-__all__ = ["Request", "Turn", "Workload", "build_workload", "chat_prompt", "sample_images"]
+from visioncache.bench.vocabulary import IMAGE_PLACEHOLDER
+
+__all__ = [
+    "MODES",
+    "Request",
+    "Turn",
+    "Workload",
+    "build_workload",
+    "chat_prompt",
+    "question_prompt",
+    "sample_images",
+]
+
+# The bench's image modes, side by side: no cache, the reference's prompt-keyed pixel cache, and
+# visioncache's per-image pixels and embeddings (every engine's runner runs these three).
+MODES = ("off", "prompt_keyed", "visioncache")
 
 QUESTIONS = (
     "describe the image",
@@ -159,7 +174,7 @@ def _next_new_image(conversation: list[Turn], start: int, count: int) -> tuple[i
     return ()
 
 
-def chat_prompt(request: Request, image_placeholder: str) -> str:
+def chat_prompt(request: Request, image_placeholder: str = IMAGE_PLACEHOLDER) -> str:
     """The conversation in ChatML (Qwen's chat format), one placeholder per image, in order."""
     parts = []
     for index, turn in enumerate(request.turns):
@@ -168,3 +183,8 @@ def chat_prompt(request: Request, image_placeholder: str) -> str:
         if index < len(request.turns) - 1:
             parts.append(f"<|im_start|>assistant\n{ANSWER}<|im_end|>\n")
     return "".join(parts) + "<|im_start|>assistant\n"
+
+
+def question_prompt(question: str, num_images: int = 1) -> str:
+    """`chat_prompt` of one user turn: ``num_images`` image placeholders, then ``question``."""
+    return chat_prompt(Request(0, (Turn(tuple(range(num_images)), question),)))

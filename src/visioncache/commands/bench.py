@@ -10,10 +10,7 @@ they do not, 2 for a usage error (bad ``--model``, missing extra), reported with
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 from visioncache.errors import ConfigurationError
@@ -148,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from visioncache.bench.plot import plot_results
-    from visioncache.bench.report import format_table, image_cost_ratios, report_json
+    from visioncache.bench.report import command_line, finish, format_table, image_cost_ratios, report_json
     from visioncache.bench.workload import build_workload
 
     try:
@@ -162,7 +159,6 @@ def run(args: argparse.Namespace) -> int:
     results, max_diff = run_modes(model, processor, workload, progress)
     repeated = workload.repeated_only()
     tolerance = args.tolerance if args.tolerance is not None else TOLERANCES[args.dtype]
-    command = "visioncache bench " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:])
     engine = "mlx-vlm" if args.engine == "mlx" else f"transformers on {args.device}"
     source = args.model or f"random-weight Qwen2-VL, {args.vision} vision tower, {engine}"
     subtitle = (
@@ -173,10 +169,8 @@ def run(args: argparse.Namespace) -> int:
     _print_table(format_table(results, repeated), subtitle)
     for mode, ratio in image_cost_ratios(results, repeated).items():
         print(f"a repeated image costs {ratio:,.0f}x less with visioncache than with {mode}")
-    verdict = "OK" if max_diff <= tolerance else "MISMATCH"
-    print(f"max |logit difference| between modes: {max_diff:.3g} (tolerance {tolerance:g}): {verdict}")
     settings: dict[str, Any] = {
-        "command": command,
+        "command": command_line(),
         "model": source,
         "dtype": args.dtype,
         "users": args.users,
@@ -187,9 +181,6 @@ def run(args: argparse.Namespace) -> int:
         "engine": args.engine,
         "device": args.device if args.engine == "transformers" else "mlx",
     }
-    if args.json:
-        report = report_json(results, repeated, max_diff, tolerance, settings)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     if args.plot:
         plot_results(results, repeated, max_diff, subtitle, args.plot)
-    return 0 if max_diff <= tolerance else 1
+    return finish(report_json(results, repeated, max_diff, tolerance, settings), args.json)

@@ -8,11 +8,8 @@ status as the image bench's: 0 when every mode's logits match ``off`` within the
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from visioncache.bench.video_workload import SAMPLE_FPS, WORKLOADS, build_video_workloads
@@ -43,6 +40,7 @@ def run_video(
     print_table: Callable[[list[list[str]], str], None],
 ) -> int:
     # torch and transformers load here, not when the CLI builds its parser.
+    from visioncache.bench.report import command_line, finish
     from visioncache.bench.video_report import mode_rows, report_json, turn_rows
     from visioncache.bench.video_runner import VideoModeResult, run_video_modes
 
@@ -64,23 +62,14 @@ def run_video(
         )
         print_table(mode_rows(results[workload.name]), title)
         print_table(turn_rows(results[workload.name]), f"{workload.name}, per turn")
-    max_diff = max(turn.max_logit_diff for rs in results.values() for r in rs for turn in r.turns)
-    verdict = "OK" if max_diff <= tolerance else "MISMATCH"
-    print(f"max |logit difference| between modes: {max_diff:.3g} (tolerance {tolerance:g}): {verdict}")
-    if args.json:
-        command = "visioncache bench " + shlex.join(
-            sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]
-        )
-        run_settings = {
-            "command": command,
-            "model": source,
-            "dtype": args.dtype,
-            "device": args.device,
-            "turns": args.turns,
-            "frame_width": args.frame_width,
-            "video_settings": vars(settings),
-        }
-        descriptions = {workload.name: workload.description for workload in workloads}
-        report = report_json(results, descriptions, tolerance, run_settings)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if max_diff <= tolerance else 1
+    run_settings = {
+        "command": command_line(),
+        "model": source,
+        "dtype": args.dtype,
+        "device": args.device,
+        "turns": args.turns,
+        "frame_width": args.frame_width,
+        "video_settings": vars(settings),
+    }
+    descriptions = {workload.name: workload.description for workload in workloads}
+    return finish(report_json(results, descriptions, tolerance, run_settings), args.json)

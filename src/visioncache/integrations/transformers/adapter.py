@@ -34,7 +34,7 @@ from visioncache.integrations.transformers.model import (
     model_namespace,
 )
 from visioncache.integrations.transformers.video import VideoEncoder, VideoOutput, video_replacement
-from visioncache.integrations.video.clip import VideoFrames, VideoInput, VideoSettings
+from visioncache.integrations.video import VideoFrames, VideoInput, VideoSettings
 
 __all__ = [
     "DEEPSTACK_FAMILIES",

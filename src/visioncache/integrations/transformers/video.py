@@ -28,7 +28,7 @@ from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.transformers.model import DEEPSTACK_FAMILIES, StageTimes
 from visioncache.integrations.transformers.video_pixels import patch_pixels, preprocess_frames
-from visioncache.integrations.video.clip import (
+from visioncache.integrations.video import (
     DEFAULT_FPS,
     Clip,
     ClipResolver,

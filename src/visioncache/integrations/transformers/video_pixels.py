@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from visioncache.integrations.video.clip import VideoSettings, patch_frames
+from visioncache.integrations.video import VideoSettings, patch_frames
 
 __all__ = ["clip_pixels", "patch_pixels", "preprocess_frames"]
 

@@ -35,6 +35,7 @@ from visioncache.errors import (
 )
 from visioncache.integrations.fingerprint import fingerprint, stable_json
 from visioncache.integrations.video.decode import (
+    DEFAULT_FPS,
     VideoSource,
     VideoStream,
     decode_frames,
@@ -59,7 +60,6 @@ __all__ = [
 ]
 
 FrameInput = Image.Image | np.ndarray
-DEFAULT_FPS = 24.0  # transformers' Qwen processors assume it when a video's rate is unknown
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ import numpy as np
 from visioncache.errors import InvalidImageError
 from visioncache.extras import requires
 
-__all__ = ["VideoSource", "VideoStream", "decode_frames", "probe_video", "sample_indices"]
+__all__ = ["DEFAULT_FPS", "VideoSource", "VideoStream", "decode_frames", "probe_video", "sample_indices"]
 
 VideoSource = str | os.PathLike[str] | bytes
-_DEFAULT_FPS = 24.0  # what transformers assumes when a stream does not state its rate
+DEFAULT_FPS = 24.0  # transformers' Qwen processors assume it when a video's rate is unknown
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def probe_video(source: VideoSource) -> VideoStream:
         container.close()
     if total == 0:
         raise InvalidImageError("the video has no frames")
-    return VideoStream(total, float(rate) if rate else _DEFAULT_FPS)
+    return VideoStream(total, float(rate) if rate else DEFAULT_FPS)
 
 
 def decode_frames(source: VideoSource, indices: Sequence[int]) -> list[np.ndarray]:

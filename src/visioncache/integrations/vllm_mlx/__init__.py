@@ -2,8 +2,8 @@
 Qwen2.5-VL on mlx-vlm.
 
 Run the server with ``visioncache serve-mlx MODEL [vllm-mlx serve flags] [--vision-cache-* flags]``
-(or ``python -m visioncache.integrations.vllm_mlx serve ...``); embed it with `install`. What
-changes inside the engine:
+(``visioncache.commands.serve_mlx``; ``python -m visioncache serve-mlx ...`` is the same); embed it
+with `install`. What changes inside the engine:
 
 - its vision cache is a configured visioncache, namespaced by the weights, the model
   configuration and the processor, sized and tiered (disk, Redis) by the flags;

@@ -18,6 +18,8 @@ from visioncache.extras import missing_extra
 
 __all__ = [
     "INSTALL_HINT",
+    "PATCHED_FUNCTION",
+    "PATCHED_METHODS",
     "SUPPORTED_VLLM_MLX_VERSION",
     "import_batch_generator_module",
     "installed_version",
@@ -26,14 +28,16 @@ __all__ = [
 SUPPORTED_VLLM_MLX_VERSION = "0.6.0"
 INSTALL_HINT = f"pip install 'visioncache[vllm-mlx]' (vllm-mlx=={SUPPORTED_VLLM_MLX_VERSION})"
 
-# Every attribute the integration wraps or calls, with the parameters it relies on.
-_REQUIRED_METHODS = {
+# Every MLLMBatchGenerator method the integration wraps, with the parameters it relies on, and the
+# module function it replaces (install.py patches exactly these).
+PATCHED_METHODS = {
     "__init__": ("model", "processor", "prefix_cache_config"),
     "_process_prompts": ("requests",),
     "_preprocess_request": ("request",),
     "_language_model_kwargs": ("request", "position_start", "position_end"),
     "get_vision_cache_stats": (),
 }
+PATCHED_FUNCTION = "is_text_only_prefix_cache_request"
 _REQUIRED_REQUEST_FIELDS = ("images", "videos", "audio", "prompt", "input_ids", "extra_kwargs")
 
 
@@ -75,7 +79,7 @@ def _seam_problems(module: ModuleType) -> list[str]:
     generator = getattr(module, "MLLMBatchGenerator", None)
     if generator is None:
         return ["no MLLMBatchGenerator"]
-    for name, parameters in _REQUIRED_METHODS.items():
+    for name, parameters in PATCHED_METHODS.items():
         method = inspect.getattr_static(generator, name, None)
         if method is None:
             problems.append(f"no MLLMBatchGenerator.{name}")
@@ -84,8 +88,8 @@ def _seam_problems(module: ModuleType) -> list[str]:
         missing = set(parameters) - set(inspect.signature(function).parameters)
         if missing:
             problems.append(f"MLLMBatchGenerator.{name} lacks {sorted(missing)}")
-    if not callable(getattr(module, "is_text_only_prefix_cache_request", None)):
-        problems.append("no is_text_only_prefix_cache_request")
+    if not callable(getattr(module, PATCHED_FUNCTION, None)):
+        problems.append(f"no {PATCHED_FUNCTION}")
     fields = getattr(getattr(module, "MLLMBatchRequest", None), "__dataclass_fields__", {})
     problems += [f"MLLMBatchRequest has no {name}" for name in _REQUIRED_REQUEST_FIELDS if name not in fields]
     return problems

@@ -28,7 +28,11 @@ from typing import Any
 from visioncache import ConfigurationError
 from visioncache.integrations.mlx_vlm.features import check_model
 from visioncache.integrations.mlx_vlm.processing import check_processor
-from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module
+from visioncache.integrations.vllm_mlx.compat import (
+    PATCHED_FUNCTION,
+    PATCHED_METHODS,
+    import_batch_generator_module,
+)
 from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics
 from visioncache.integrations.vllm_mlx.prefix_cache import ImageAwarePrefixCache, select_request
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings
@@ -42,14 +46,8 @@ from visioncache.integrations.vllm_mlx.step import (
 
 __all__ = ["Installation", "install", "installed"]
 
-_METHODS = (
-    "__init__",
-    "_process_prompts",
-    "_preprocess_request",
-    "_language_model_kwargs",
-    "get_vision_cache_stats",
-)
-_GUARD = "is_text_only_prefix_cache_request"
+_METHODS = tuple(PATCHED_METHODS)
+_GUARD = PATCHED_FUNCTION
 _lock = threading.Lock()
 _installed: Installation | None = None
 
