@@ -20,7 +20,7 @@ from PIL import Image  # noqa: E402
 from visioncache import VisionEmbeddingCache  # noqa: E402
 from visioncache.bench.models import build_offline_model  # noqa: E402
 from visioncache.errors import ConfigurationError  # noqa: E402
-from visioncache.integrations.transformers.adapter import (  # noqa: E402
+from visioncache.integrations.transformers import (  # noqa: E402
     CachedVisionModel,
     PlaceholderMismatchError,
     model_namespace,

@@ -21,7 +21,7 @@ from transformers import vision_utils  # noqa: E402
 
 from tests.integrations.video_reference import VIDEO, chat, noise_frames  # noqa: E402
 from visioncache.errors import ConfigurationError  # noqa: E402
-from visioncache.integrations.transformers.adapter import CachedVisionModel  # noqa: E402
+from visioncache.integrations.transformers import CachedVisionModel  # noqa: E402
 from visioncache.integrations.transformers.video import check_temporal_locality  # noqa: E402
 from visioncache.integrations.transformers.video_pixels import patch_pixels, preprocess_frames  # noqa: E402
 from visioncache.integrations.video.clip import VideoSettings  # noqa: E402

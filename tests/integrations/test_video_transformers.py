@@ -32,7 +32,7 @@ from visioncache.errors import (  # noqa: E402
     PlaceholderMismatchError,
     UnsupportedImageTypeError,
 )
-from visioncache.integrations.transformers.adapter import CachedVisionModel, VideoFrames  # noqa: E402
+from visioncache.integrations.transformers import CachedVisionModel, VideoFrames  # noqa: E402
 from visioncache.integrations.video.clip import VideoSettings  # noqa: E402
 from visioncache.integrations.video.decode import decode_frames  # noqa: E402
 

@@ -20,7 +20,7 @@ from transformers import PreTrainedModel, ProcessorMixin
 from visioncache import VisionEmbeddingCache
 from visioncache.bench.report import ModeResult
 from visioncache.bench.workload import MODES, Workload, chat_prompt, question_prompt
-from visioncache.integrations.transformers.adapter import CachedVisionModel, StageTimes, model_namespace
+from visioncache.integrations.transformers import CachedVisionModel, StageTimes, model_namespace
 from visioncache.integrations.transformers.images import ImageInput, load_pil_image
 
 __all__ = ["run_modes"]

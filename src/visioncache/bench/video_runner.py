@@ -20,7 +20,7 @@ from transformers import PreTrainedModel, ProcessorMixin
 
 from visioncache import VisionEmbeddingCache
 from visioncache.bench.video_workload import VideoWorkload
-from visioncache.integrations.transformers.adapter import CachedVisionModel, model_namespace
+from visioncache.integrations.transformers import CachedVisionModel, model_namespace
 from visioncache.integrations.transformers.video import VideoOutput, video_output
 from visioncache.integrations.transformers.video_pixels import clip_pixels
 from visioncache.integrations.video.clip import (

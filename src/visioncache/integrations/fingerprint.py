@@ -16,7 +16,7 @@ from pathlib import Path
 
 from blake3 import blake3
 
-from visioncache.identity.hasher import frame
+from visioncache.identity import frame
 
 __all__ = ["WEIGHT_SUFFIXES", "fingerprint", "stable_json", "weights_digest"]
 

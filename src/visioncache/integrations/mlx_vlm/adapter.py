@@ -30,7 +30,6 @@ from typing import Any
 
 from visioncache import ConfigurationError, PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.integrations.mlx_vlm.features import (
-    SUPPORTED_MODEL_TYPES,
     check_model,
     encode_pixel_entries,
     feature_check,
@@ -46,7 +45,6 @@ from visioncache.integrations.mlx_vlm.processing import (
 )
 
 __all__ = [
-    "SUPPORTED_MODEL_TYPES",
     "FeatureEncoder",
     "NamespaceFields",
     "cache_namespace",

@@ -28,25 +28,14 @@ from visioncache.errors import ConfigurationError, PlaceholderMismatchError
 from visioncache.integrations.transformers.images import ImageInput, load_pil_image
 from visioncache.integrations.transformers.model import (
     DEEPSTACK_FAMILIES,
-    SUPPORTED_FAMILIES,
     StageTimes,
     model_family,
     model_namespace,
 )
 from visioncache.integrations.transformers.video import VideoEncoder, VideoOutput, video_replacement
-from visioncache.integrations.video import VideoFrames, VideoInput, VideoSettings
+from visioncache.integrations.video import VideoInput, VideoSettings
 
-__all__ = [
-    "DEEPSTACK_FAMILIES",
-    "SUPPORTED_FAMILIES",
-    "CachedVisionModel",
-    "PlaceholderMismatchError",
-    "StageTimes",
-    "VideoFrames",
-    "VideoOutput",
-    "VideoSettings",
-    "model_namespace",
-]
+__all__ = ["CachedVisionModel"]
 
 # (text, images) or (text, images, videos); each placeholder in the text stands for the next one.
 Request = tuple[str, Sequence[ImageInput]] | tuple[str, Sequence[ImageInput], Sequence[VideoInput]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from visioncache.tiers.stats import ChainStats
+from visioncache.tiers import ChainStats
 
 __all__ = ["TIER_COUNTERS", "ConnectorCounters"]
 

@@ -14,14 +14,10 @@ from typing import Any
 
 import torch
 
-from visioncache import ConfigurationError, ContentId, compute_image_hash
-from visioncache.identity.content_id import MAX_CONTENT_ID_CHARS
-from visioncache.identity.keys import KeyBuilder
+from visioncache import CacheStats, ConfigurationError, ContentId, StoreStats, compute_image_hash
+from visioncache.identity import MAX_CONTENT_ID_CHARS, KeyBuilder
 from visioncache.integrations.vllm.config import ConnectorConfig
-from visioncache.stats import CacheStats
-from visioncache.store.store import StoreStats
-from visioncache.tiers.chain import TierChain
-from visioncache.tiers.stats import ChainStats
+from visioncache.tiers import ChainStats, TierChain
 
 __all__ = ["LEVEL", "ItemStore", "build_chain", "is_engine_hash"]
 

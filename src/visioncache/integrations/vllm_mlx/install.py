@@ -26,8 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from visioncache import ConfigurationError
-from visioncache.integrations.mlx_vlm.features import check_model
-from visioncache.integrations.mlx_vlm.processing import check_processor
+from visioncache.integrations.mlx_vlm import check_model, check_processor
 from visioncache.integrations.vllm_mlx.compat import (
     PATCHED_FUNCTION,
     PATCHED_METHODS,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from visioncache import ConfigurationError
-from visioncache.integrations.mlx_vlm.features import SUPPORTED_MODEL_TYPES
+from visioncache.integrations.mlx_vlm import SUPPORTED_MODEL_TYPES
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module
 from visioncache.integrations.vllm_mlx.install import install
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings, add_arguments, weights_identity

@@ -17,7 +17,7 @@ from typing import Any
 
 from visioncache import ConfigurationError, VisionEmbeddingCache
 from visioncache.integrations.fingerprint import weights_digest
-from visioncache.integrations.mlx_vlm.adapter import cache_namespace
+from visioncache.integrations.mlx_vlm import cache_namespace
 from visioncache.tiers import TierSettings
 from visioncache.trees import parse_byte_size
 

@@ -17,8 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from visioncache import VisionEmbeddingCache
-from visioncache.integrations.mlx_vlm.adapter import image_feature_encoder, inputs_from_features
-from visioncache.integrations.mlx_vlm.features import feature_check, placeholder_pixels
+from visioncache.integrations.mlx_vlm import (
+    feature_check,
+    image_feature_encoder,
+    inputs_from_features,
+    placeholder_pixels,
+)
 from visioncache.integrations.vllm_mlx.images import materialise, resolve_images
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, prefix_key
 from visioncache.integrations.vllm_mlx.stats import EngineStats
