@@ -24,8 +24,9 @@ pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip inst
 from mlx_vlm import utils as mlx_vlm_utils  # noqa: E402
 from mlx_vlm.generate import generate_step  # noqa: E402
 
+from tests.support.mlx_model_dir import build_random_processor  # noqa: E402
 from visioncache import ConfigurationError, VisionEmbeddingCache  # noqa: E402
-from visioncache.bench.mlx_random_model import build_random_model, build_random_processor  # noqa: E402
+from visioncache.bench.mlx_random_model import build_random_model  # noqa: E402
 from visioncache.bench.workload import question_prompt as chat_prompt  # noqa: E402
 from visioncache.errors import PlaceholderMismatchError  # noqa: E402
 from visioncache.integrations import mlx_vlm  # noqa: E402

@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from visioncache.bench.mlx_random_model import (
     IMAGE_MEAN,
     IMAGE_STD,
     Family,
+    build_processor,
     build_random_model,
     checkpoint_config,
 )
+from visioncache.bench.vocabulary import build_tokenizer
 from visioncache.integrations.mlx_vlm.imports import import_mlx
 
-__all__ = ["QWEN2_VL_CHAT_TEMPLATE", "save_model_dir"]
+__all__ = ["QWEN2_VL_CHAT_TEMPLATE", "build_random_processor", "save_model_dir"]
+
+
+def build_random_processor(family: Family = "qwen2_vl") -> Any:
+    """The family's mlx-vlm processor over the bench's word-level tokenizer (no model, no files)."""
+    return build_processor(family, build_tokenizer())
+
 
 # Qwen2-VL-Instruct's chat template, as shipped with the checkpoint.
 QWEN2_VL_CHAT_TEMPLATE = (

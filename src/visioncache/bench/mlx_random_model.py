@@ -20,28 +20,23 @@ __all__ = [
     "IMAGE_STD",
     "Family",
     "Size",
+    "build_processor",
     "build_random_model",
-    "build_random_processor",
     "checkpoint_config",
 ]
 
 Family = Literal["qwen2_vl", "qwen2_5_vl"]
 Size = Literal["tiny", "full"]
 
-# Enough plain words that chat templates and the model's random answers are mostly words.
 # Qwen2-VL's CLIP normalisation; the numpy image processor defaults to 0.5.
 IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
 IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
 _PROCESSOR_CLASSES = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
 
 
-def build_random_processor(family: Family = "qwen2_vl") -> Any:
-    """The family's mlx-vlm processor over a word-level tokenizer built in code (no files)."""
-    return _build_processor(family, build_tokenizer())
-
-
-def _build_processor(family: Family, tokenizer: Any) -> Any:
-    # mlx-vlm's torch-free numpy image processor; the Qwen2 and Qwen2.5 processors share it.
+def build_processor(family: Family, tokenizer: Any) -> Any:
+    """The family's mlx-vlm processor over ``tokenizer``, with mlx-vlm's torch-free numpy image
+    processor (the Qwen2 and Qwen2.5 processors share it)."""
     image_processing: Any = importlib.import_module("mlx_vlm.models.qwen3_vl.processing_qwen3_vl")
     image_processor = image_processing.Qwen3VLImageProcessor(
         patch_size=14, merge_size=2, image_mean=IMAGE_MEAN, image_std=IMAGE_STD
@@ -125,4 +120,4 @@ def build_random_model(
         model.update(tree_map(lambda parameter: parameter.astype(getattr(mx, dtype)), model.parameters()))
     mx.eval(model.parameters())
     model.eval()
-    return model, _build_processor(family, tokenizer)
+    return model, build_processor(family, tokenizer)
