@@ -11,9 +11,13 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from visioncache.errors import VisionCacheError
 
+# What ``ArgumentParser.add_subparsers`` returns, for each command's ``add_parser`` (argparse
+# names its class privately).
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 # subcommand name -> module under visioncache.commands
 SUBCOMMANDS = {"bench": "bench", "stats": "stats", "serve-mlx": "serve_mlx"}
 

@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import Any
 
+from visioncache.cli import Subparsers
 from visioncache.errors import ConfigurationError
 from visioncache.extras import requires
 
@@ -24,7 +25,7 @@ TOLERANCES = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
 QUICK = {"users": 2, "turns": 3, "image_size": 112, "generated_images": 1}
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "bench",
         help="measure the cache on a real Qwen2-VL with a multi-user chat workload",

@@ -4,12 +4,13 @@ server with visioncache installed (see `visioncache.integrations.vllm_mlx`)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+from visioncache.cli import Subparsers
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "serve-mlx",
         help="vllm-mlx's OpenAI server with visioncache (pip install 'visioncache[vllm-mlx]')",

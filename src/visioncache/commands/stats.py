@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 from collections import Counter, defaultdict
-from typing import Any
 
+from visioncache.cli import Subparsers
 from visioncache.errors import ConfigurationError
 from visioncache.tiers import TierSettings, defaults
 from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_name
@@ -21,7 +21,7 @@ __all__ = ["add_parser", "run"]
 _SCAN_TIMEOUT = 5.0  # seconds per Redis operation while listing a tier
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "stats", help="summarise a disk or Redis tier", description=__doc__.splitlines()[0]
     )
