@@ -1,20 +1,25 @@
-"""Churn (#11 "Done when"): 8 threads, over 100k mixed operations on small budgets.
+"""Churn (#11 and #18 "Done when"): 8 threads, over 100k mixed operations on small budgets, at a
+1 µs switch interval (so threads switch between almost any two operations).
 
 Operations: `encode_batch` over overlapping images, lookups, stores, pinned blocks under pressure,
 encoders that fail, encoders that look other images up (re-entrant), per-image preprocessing and
-``expect=`` validation, with the LRU policy on memory alone and the cost policy over a tier. Every
-value names its image, so every value returned is checked. Asserted afterwards: no thread hung, no
-value was wrong, pinned entries were never evicted while pinned, byte accounting is exact, and RSS
-grew by at most the byte budgets plus ``RSS_SLACK`` (a stated constant for the interpreter's and
-allocator's own growth: per-thread malloc arenas, numpy's caches, counters).
+``expect=`` validation, with the LRU policy over a disk tier and the cost policy over a (memory)
+tier. Every value names its image, so every value returned is checked. Asserted afterwards: no
+thread hung or raised, no value was wrong, pinned entries were never evicted while pinned, the
+budgets held at every moment, byte accounting is exact, and RSS grew by at most the byte budgets
+plus ``RSS_SLACK`` (a stated constant for the interpreter's and allocator's own growth: per-thread
+malloc arenas, numpy's caches, counters, SQLite's page cache). The figures are printed
+(``pytest -s tests/test_churn.py``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +29,7 @@ from tests.support.internals import level_store
 from tests.support.memory_tier import MemoryTier
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.tiers.chain import TierChain
+from visioncache.tiers.disk import DiskTier
 from visioncache.trees import tree_nbytes
 
 THREADS = 8
@@ -34,7 +40,8 @@ SIZES = [256 + (index % 8) * 448 for index in range(POOL)]  # int32 elements: 1 
 EMBEDDING_BYTES, PIXEL_BYTES = 256 * 1024, 128 * 1024
 TIER_BYTES, PENDING_WRITE_BYTES = 512 * 1024, 128 * 1024
 RSS_SLACK = 64 * 2**20
-JOIN_SECONDS = 120.0
+SWITCH_INTERVAL = 1e-6
+JOIN_SECONDS = 300.0
 
 
 class EncoderFailure(RuntimeError):
@@ -161,8 +168,8 @@ class Worker:
                     self.tally.pin_violations.append(f"image {index_of(image)} evicted while pinned")
 
     def step(self) -> None:
-        # Three steps in four on the LRU cache in memory, one on the cost-policy cache over a tier
-        # (whose reads and writes serialise, so cost about four times as much).
+        # Three steps in four on the LRU cache, one on the cost-policy cache (whose memory tier's
+        # reads and writes serialise, so cost about four times as much).
         self.cache = self.caches[0] if self.rng.random() < 0.75 else self.caches[1]
         draw = self.rng.random()
         if draw < 0.40:
@@ -198,16 +205,21 @@ class Worker:
             self.tally.errors.append(error)
 
 
-def make_caches() -> list[VisionEmbeddingCache]:
-    """An LRU cache in memory, and a cost-policy cache over a (memory) tier with a small write queue."""
+def make_caches(directory: Path) -> list[VisionEmbeddingCache]:
+    """An LRU cache over a disk tier, and a cost-policy cache over a (memory) tier, each with a
+    small write queue."""
     budgets: dict[str, Any] = {
         "max_embedding_entries": 64,
         "max_embedding_bytes": EMBEDDING_BYTES,
         "max_pixel_entries": 64,
         "max_pixel_bytes": PIXEL_BYTES,
     }
-    tiers = TierChain([MemoryTier(TIER_BYTES)], max_pending_write_bytes=PENDING_WRITE_BYTES)
-    return [VisionEmbeddingCache(**budgets), VisionEmbeddingCache(policy="cost", tiers=tiers, **budgets)]
+    disk = TierChain([DiskTier(directory, TIER_BYTES)], max_pending_write_bytes=PENDING_WRITE_BYTES)
+    memory = TierChain([MemoryTier(TIER_BYTES)], max_pending_write_bytes=PENDING_WRITE_BYTES)
+    return [
+        VisionEmbeddingCache(tiers=disk, **budgets),
+        VisionEmbeddingCache(policy="cost", tiers=memory, **budgets),
+    ]
 
 
 def assert_exact_accounting(cache: VisionEmbeddingCache, level: str) -> None:
@@ -221,9 +233,18 @@ def assert_exact_accounting(cache: VisionEmbeddingCache, level: str) -> None:
     assert stats.pinned == 0 and stats.bytes <= (EMBEDDING_BYTES if level == "embedding" else PIXEL_BYTES)
 
 
+@pytest.fixture
+def one_microsecond_switches() -> Any:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    yield
+    sys.setswitchinterval(previous)
+
+
 @pytest.mark.slow
-def test_churn_no_hang_no_wrong_value_pins_honoured_exact_bytes_bounded_rss() -> None:
-    caches = make_caches()
+@pytest.mark.usefixtures("one_microsecond_switches")
+def test_churn_no_hang_no_wrong_value_pins_honoured_exact_bytes_bounded_rss(tmp_path: Path) -> None:
+    caches = make_caches(tmp_path / "disk")
     warm = Worker(caches, seed=999)
     for _ in range(400):  # imports, first allocations and thread-local counters before measuring
         warm.step()
@@ -247,21 +268,51 @@ def test_churn_no_hang_no_wrong_value_pins_honoured_exact_bytes_bounded_rss() ->
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    started = time.perf_counter()
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + JOIN_SECONDS
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
+    seconds = time.perf_counter() - started
     done.set()
     watcher.join(10)
     hung = sum(thread.is_alive() for thread in threads)
     assert hung == 0, f"{hung} threads still running after {JOIN_SECONDS} s"
 
     tallies = [worker.tally for worker in workers]
-    assert [error for tally in tallies for error in tally.errors] == []
-    assert sum(tally.operations for tally in tallies) >= 100_000
-    assert [wrong for tally in tallies for wrong in tally.wrong] == []
-    assert [violation for tally in tallies for violation in tally.pin_violations] == []
+    operations = sum(tally.operations for tally in tallies)
+    errors = [error for tally in tallies for error in tally.errors]
+    wrong = [wrong for tally in tallies for wrong in tally.wrong]
+    violations = [violation for tally in tallies for violation in tally.pin_violations]
+    for cache in caches:
+        assert cache.tiers is not None and cache.tiers.flush(timeout=60)
+    budgets = 2 * (EMBEDDING_BYTES + 2 * PIXEL_BYTES) + 2 * (TIER_BYTES + PENDING_WRITE_BYTES)
+    growth = rss_bytes() - rss_before
+    print(
+        f"\nchurn: {THREADS} threads, {operations} operations in {seconds:.1f} s at a "
+        f"{SWITCH_INTERVAL * 1e6:g} µs switch interval: {len(errors)} errors, {len(wrong)} wrong values, "
+        f"{len(violations)} pins broken, {len(bounds)} budget overruns, "
+        f"{sum(tally.injected_failures for tally in tallies)} injected encoder failures"
+    )
+    for cache, name in zip(caches, ("lru + disk tier", "cost + memory tier"), strict=True):
+        levels, tiers = cache.snapshot().levels, cache.snapshot().tiers
+        embedding = levels["embedding"]
+        assert tiers is not None
+        print(
+            f"  {name}: embedding hits {embedding.hits}, misses {embedding.misses}, evictions "
+            f"{embedding.evictions}, single-flight waits {embedding.singleflight_waits}; "
+            f"{tiers.tiers[0].name} tier hits {tiers.tiers[0].hits}, errors {tiers.tiers[0].errors}"
+        )
+    print(
+        f"  RSS grew {growth / 2**20:.1f} MiB; budgets {budgets / 2**20:.1f} MiB + slack "
+        f"{RSS_SLACK / 2**20:.0f} MiB"
+    )
+
+    assert errors == []
+    assert operations >= 100_000
+    assert wrong == []
+    assert violations == []
     assert bounds == []
     assert sum(tally.injected_failures for tally in tallies) > 0  # failures were exercised
     for cache in caches:
@@ -269,11 +320,9 @@ def test_churn_no_hang_no_wrong_value_pins_honoured_exact_bytes_bounded_rss() ->
         assert embedding_stats.evictions > 1000 and embedding_stats.singleflight_waits > 0
         for level in ("embedding", "pixel_only"):
             assert_exact_accounting(cache, level)
-    tiered = caches[1]
-    assert tiered.tiers is not None and tiered.tiers.flush(timeout=60)
-    tier_stats = tiered.snapshot().tiers
-    assert tier_stats is not None and tier_stats.tier("memory").hits > 0
-
-    budgets = 2 * (EMBEDDING_BYTES + 2 * PIXEL_BYTES) + TIER_BYTES + PENDING_WRITE_BYTES
-    growth = rss_bytes() - rss_before
+        tier_stats = cache.snapshot().tiers
+        assert tier_stats is not None and tier_stats.tiers[0].hits > 0
+        assert tier_stats.tiers[0].errors == 0
     assert growth <= budgets + RSS_SLACK, f"RSS grew {growth / 2**20:.1f} MiB"
+    for cache in caches:
+        cache.close()

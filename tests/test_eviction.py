@@ -7,6 +7,10 @@ entry's priority, so an expensive entry nobody uses any more is eventually evict
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -148,3 +152,63 @@ def test_the_cache_passes_its_policy_to_every_level() -> None:
         VisionEmbeddingCache(policy="lfu")
     with pytest.raises(ConfigurationError):
         Store(policy="random")
+
+
+# ---- #18.3: the policy's bookkeeping never keeps a value alive, and stays proportional ---------
+def _alive(references: list[weakref.ref[np.ndarray]]) -> int:
+    gc.collect()
+    return sum(reference() is not None for reference in references)
+
+
+@pytest.mark.parametrize("policy", ["lru", "cost"])
+def test_regression_cost_policy_keeps_replaced_and_evicted_values_alive(policy: str) -> None:
+    """The GreedyDual heap held each record's entry, so every value ever replaced or evicted
+    stayed alive (re-setting 3 images 48 times with 4 MiB values: +192 MiB for 12 MiB counted)."""
+    store = Store(max_entries=3, policy=policy)
+    references: list[weakref.ref[np.ndarray]] = []
+    for round_ in range(48):
+        for key in "abc":
+            value = np.full(1024, round_, np.uint8)
+            references.append(weakref.ref(value))
+            store.put(key, value, cost=1.0)
+            del value
+    assert _alive(references) == 3  # the values held, no replaced one
+    for key in "def":  # evicts a, b and c
+        value = np.zeros(1024, np.uint8)
+        references.append(weakref.ref(value))
+        store.put(key, value, cost=1.0)
+        del value
+    store.discard("d")
+    assert _alive(references) == 2 == len(store)  # e and f: nothing evicted or discarded
+    store.pin("e")
+    store.put("e", np.ones(1024, np.uint8), cost=1.0)  # replaced while pinned
+    store.unpin("e")
+    assert _alive(references) == 1  # f; e's new value is not in the list
+
+
+@pytest.mark.parametrize("policy", ["lru", "cost"])
+def test_regression_cost_policy_bookkeeping_grows_with_every_pinned_hit(policy: str) -> None:
+    """While the cache was not full, each pinned hit (pin, hit, unpin) pushed a heap record that
+    nothing removed: 60,000 hits kept 60,010 records (+16 MiB) for 10 entries."""
+    cache = VisionEmbeddingCache(policy=policy)
+    images = [b"pinned image %d" % index for index in range(10)]
+
+    def encode(missing: list[bytes]) -> list[np.ndarray]:
+        return [np.zeros(16, np.float32) for _ in missing]
+
+    cache.encode_images(images, encode)
+    for image in images:  # first pins and hits allocate their counters and keys
+        with cache.pinned([image]):
+            cache.encode_images([image], encode)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(10_000):
+            image = images[index % len(images)]
+            with cache.pinned([image]):
+                cache.encode_images([image], encode)
+        growth = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.snapshot().levels["embedding"].entries == 10
+    assert growth < 64 * 1024, f"{growth} bytes of bookkeeping for 10 entries"

@@ -19,6 +19,7 @@ __all__ = [
     "UnserializableValueError",
     "UnsupportedImageTypeError",
     "UnsupportedInputTypeError",
+    "UnsupportedRuntimeError",
     "UnverifiableEntryError",
     "VisionCacheError",
     "describe_input",
@@ -88,6 +89,11 @@ class UnverifiableEntryError(CorruptEntryError):
     """A stored blob is intact but signed with a secret this reader does not hold (or not signed
     while this reader requires a signature). Treated as a miss, but never deleted: another fleet,
     mid-rotation, may still read it."""
+
+
+class UnsupportedRuntimeError(VisionCacheError, RuntimeError):
+    """The interpreter lacks what visioncache relies on (e.g. free-threaded CPython with the GIL
+    disabled: see docs/guarantees.md, "Threads")."""
 
 
 class UnserializableValueError(VisionCacheError, TypeError):

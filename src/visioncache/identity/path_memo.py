@@ -19,6 +19,8 @@ import threading
 import time
 from collections import OrderedDict
 
+from visioncache.runtime import require_gil
+
 __all__ = ["PathDigestMemo"]
 
 _StatKey = tuple[int, int, int, int]
@@ -32,6 +34,7 @@ class PathDigestMemo:
     """A bounded, thread-safe LRU of path -> (stat key, digest)."""
 
     def __init__(self, max_entries: int = 4096, settle_seconds: float = 2.0):
+        require_gil("visioncache's path memo")  # its lock-free lookup is atomic under the GIL only
         self.max_entries = max_entries
         self.settle_seconds = settle_seconds
         self._entries: OrderedDict[str, tuple[_StatKey, bytes]] = OrderedDict()

@@ -10,8 +10,11 @@ split). Two policies:
   (18.8 MB of pixels, ~22 ms to recompute) goes before an expensive, small one (a 3 MB embedding,
   seconds of vision encoder).
 
-`touch` runs on the hit path without the store's lock: it makes one atomic change (an
-``OrderedDict.move_to_end`` or a float assignment). Everything else runs under the store's lock.
+Every method runs under the store's lock: hits, which take no lock, are buffered by the store and
+handed to `touch` in order before the next write, eviction or admission (issue #18.2: a lock-free
+reorder raced an eviction's iteration). A policy never holds a reference to an entry or a value:
+what it remembers is keys and numbers, and no more records than twice the entries it orders, plus
+a constant (issue #18.3: records of replaced, evicted and pinned entries kept their values alive).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class _Entry(Protocol):
     nbytes: int
     cost: float
     priority: float
+    ticket: int
 
 
 class EvictionPolicy(Protocol):
@@ -38,7 +42,7 @@ class EvictionPolicy(Protocol):
 
     def touch(self, lru: OrderedDict[str, Any], key: str, entry: Any) -> None: ...
 
-    def admitted(self, key: str, entry: Any) -> None: ...
+    def admitted(self, lru: OrderedDict[str, Any], key: str, entry: Any) -> None: ...
 
     def victim(self, lru: OrderedDict[str, Any]) -> str: ...
 
@@ -54,7 +58,7 @@ class LRUPolicy:
         except KeyError:  # pinned, or evicted since the read: nothing to reorder
             pass
 
-    def admitted(self, key: str, entry: Any) -> None:
+    def admitted(self, lru: OrderedDict[str, Any], key: str, entry: Any) -> None:
         """The store appended ``key`` to ``lru`` (most recently used): nothing more to do."""
 
     def victim(self, lru: OrderedDict[str, Any]) -> str:
@@ -65,12 +69,19 @@ class LRUPolicy:
 
 
 class CostPolicy:
-    """GreedyDual-Size: lowest ``L + cost / nbytes`` first (see the module docstring)."""
+    """GreedyDual-Size: lowest ``L + cost / nbytes`` first (see the module docstring).
+
+    A heap of ``(priority, ticket, key)`` records, refreshed lazily: a record is current only while
+    ``key``'s entry carries its ticket (a replaced, evicted or pinned entry's record is stale), and
+    stale records are dropped whenever they outnumber the current ones plus ``_SLACK``.
+    """
+
+    _SLACK = 64
 
     def __init__(self) -> None:
         self._inflation = 0.0  # L: the priority of the last evicted entry
-        self._heap: list[tuple[float, int, str, _Entry]] = []  # may hold stale records
-        self._order = itertools.count()  # ties go to the older record
+        self._heap: list[tuple[float, int, str]] = []
+        self._tickets = itertools.count(1)  # ties go to the older record
 
     def _priority(self, entry: _Entry) -> float:
         return self._inflation + entry.cost / max(entry.nbytes, 1)
@@ -78,27 +89,42 @@ class CostPolicy:
     def touch(self, lru: OrderedDict[str, Any], key: str, entry: _Entry) -> None:
         entry.priority = self._priority(entry)  # the heap record is refreshed lazily in `victim`
 
-    def admitted(self, key: str, entry: _Entry) -> None:
+    def admitted(self, lru: OrderedDict[str, Any], key: str, entry: _Entry) -> None:
         entry.priority = self._priority(entry)
-        heapq.heappush(self._heap, (entry.priority, next(self._order), key, entry))
+        self._push(key, entry)
+        self._drop_stale(lru)
+
+    def _drop_stale(self, lru: OrderedDict[str, Any]) -> None:
+        if len(self._heap) > 2 * len(lru) + self._SLACK:  # amortised O(1) per admission
+            self._heap = [record for record in self._heap if _current(lru, record)]
+            heapq.heapify(self._heap)
+
+    def _push(self, key: str, entry: _Entry) -> None:
+        entry.ticket = next(self._tickets)
+        heapq.heappush(self._heap, (entry.priority, entry.ticket, key))
 
     def victim(self, lru: OrderedDict[str, Any]) -> str:
-        if len(self._heap) > 2 * len(lru) + 64:  # drop stale records of removed or pinned entries
-            self._heap = [record for record in self._heap if lru.get(record[2]) is record[3]]
-            heapq.heapify(self._heap)
-        while self._heap:
-            priority, _, key, entry = self._heap[0]
-            current: Any = lru.get(key)
-            if current is not entry:  # removed, replaced or pinned since it was pushed
-                heapq.heappop(self._heap)
+        self._drop_stale(lru)
+        heap = self._heap
+        while heap:
+            priority, ticket, key = heap[0]
+            entry: Any = lru.get(key)
+            if entry is None or entry.ticket != ticket:  # removed, replaced or pinned since
+                heapq.heappop(heap)
             elif entry.priority != priority:  # hit since: re-queue at its current priority
-                heapq.heapreplace(self._heap, (entry.priority, next(self._order), key, entry))
+                heapq.heappop(heap)
+                self._push(key, entry)
             else:
                 return key
         return next(iter(lru))  # unreachable while every admitted entry has a record
 
     def evicted(self, entry: _Entry) -> None:
         self._inflation = max(self._inflation, entry.priority)
+
+
+def _current(lru: OrderedDict[str, Any], record: tuple[float, int, str]) -> bool:
+    entry = lru.get(record[2])
+    return entry is not None and entry.ticket == record[1]
 
 
 POLICIES: dict[str, Callable[[], EvictionPolicy]] = {"lru": LRUPolicy, "cost": CostPolicy}

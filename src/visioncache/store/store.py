@@ -16,10 +16,15 @@ Every cache level holds one `Store` (docs/design.md, principle 2). Guarantees:
   other caller gets the owner's `Future`. `fulfil` stores the value and retires the claim under one
   lock (nobody can see the key neither stored nor in flight); an owner whose value cannot be sized
   has its claim abandoned, so no waiter is left waiting;
-- hits take no lock: dict reads and the policy's touch are single atomic operations under the GIL,
-  and counters are per-thread tallies (`ThreadCounters`), exact under concurrency. Writes,
-  evictions, pins and claims of missing keys are serialised by one lock. ``max_entries=0``
-  disables the store: nothing is stored or counted as rejected;
+- hits take no lock, and are still exact for the eviction order: a hit reads two dicts and appends
+  its key to a deque of recent hits (each one atomic C operation under the GIL), and never touches
+  the order itself. Everything that reads or changes the order (the policy's touch, admissions,
+  evictions) runs under the one lock, which first applies the buffered hits in order; a hit also
+  applies them once more than ``TOUCH_BUFFER`` wait, if the lock is free (issue #18.2: a lock-free
+  reorder raced an eviction iterating the order). Counters are per-thread tallies
+  (`ThreadCounters`), exact under concurrency. Writes, evictions, pins and claims of missing keys
+  are serialised by the lock. ``max_entries=0`` disables the store: nothing is stored or counted
+  as rejected. Needs the GIL (`visioncache.runtime`);
 - fork-safe: a fork waits until no thread is inside a store's lock, and a child starts with no
   claims in flight (their owners, the parent's threads, do not exist there): it computes them.
 """
@@ -27,20 +32,22 @@ Every cache level holds one `Store` (docs/design.md, principle 2). Guarantees:
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from visioncache import forking
 from visioncache.errors import EncoderOutputError, InvalidArgumentError, PinMismatchError, describe_input
+from visioncache.runtime import require_gil
 from visioncache.store.counters import ThreadCounters
 from visioncache.store.eviction import EvictionPolicy, make_policy
 from visioncache.store.types import Claim, Entry, PutResult, StoreStats
 from visioncache.trees import compact, tree_nbytes
 
-__all__ = ["Claim", "Entry", "PutResult", "Store", "StoreStats"]
+__all__ = ["TOUCH_BUFFER", "Claim", "Entry", "PutResult", "Store", "StoreStats"]
 
+TOUCH_BUFFER = 128  # hits buffered before a hit applies them (if the lock is free)
 
 _COUNTERS = tuple(name for name in StoreStats.__slots__ if name not in ("entries", "bytes", "pinned"))
 
@@ -56,6 +63,7 @@ class Store:
         sizeof: Callable[[Any], int] = tree_nbytes,
         policy: str = "lru",
     ):
+        require_gil("visioncache's Store")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.policy_name = policy
@@ -63,6 +71,7 @@ class Store:
         self._sizeof = sizeof
         self._lock = threading.Lock()
         self._lru: OrderedDict[str, Entry] = OrderedDict()  # unpinned entries, LRU first
+        self._touches: deque[str] = deque()  # keys hit since the order was last brought up to date
         self._pinned: dict[str, Entry] = {}  # entries whose key holds pins
         self._pins: dict[str, int] = {}
         self._flights: dict[str, Future[Any]] = {}
@@ -81,8 +90,25 @@ class Store:
         here may be a move between the two dicts, so callers that need certainty use `claim`."""
         entry = self._lru.get(key) or self._pinned.get(key)
         if entry is not None:
-            self._policy.touch(self._lru, key, entry)
+            touches = self._touches
+            touches.append(key)
+            # Non-blocking: a hit never waits for a writer (which applies the buffer itself), and
+            # a caller already holding the lock (`lookup`, `claim`) is refused, not deadlocked.
+            if len(touches) > TOUCH_BUFFER and self._lock.acquire(blocking=False):
+                try:
+                    self._apply_touches()
+                finally:
+                    self._lock.release()
         return entry
+
+    def _apply_touches(self) -> None:
+        """Hand the buffered hits to the policy, oldest first (under the lock)."""
+        touches, lru, touch = self._touches, self._lru, self._policy.touch
+        for _ in range(len(touches)):  # hits appended meanwhile wait for the next time
+            key = touches.popleft()
+            entry = lru.get(key)
+            if entry is not None:  # pinned or gone since: its order is the admission's
+                touch(lru, key, entry)
 
     def lookup(self, key: str) -> Entry | None:
         """`find`, certain: a miss is confirmed under the lock. Counts nothing."""
@@ -176,6 +202,7 @@ class Store:
     def _put_locked(self, key: str, value: Any, nbytes: int, cost: float) -> PutResult:
         if not self.enabled:
             return PutResult.DISABLED
+        self._apply_touches()  # hits before this put count as earlier than it
         old = self._remove(key)
         pinned = self._pins.get(key, 0) > 0
         if not self._can_fit(nbytes):
@@ -188,7 +215,7 @@ class Store:
             self._pinned_nbytes += nbytes
         else:
             self._lru[key] = entry
-            self._policy.admitted(key, entry)
+            self._policy.admitted(self._lru, key, entry)
         self._nbytes += nbytes
         return PutResult.INSERTED if old is None else PutResult.REPLACED
 
@@ -249,9 +276,10 @@ class Store:
             del self._pins[key]
             entry = self._pinned.pop(key, None)
             if entry is not None:
+                self._apply_touches()
                 self._pinned_nbytes -= entry.nbytes
                 self._lru[key] = entry
-                self._policy.admitted(key, entry)
+                self._policy.admitted(self._lru, key, entry)
 
     # ---- inspection ----------------------------------------------------------------------------
     def clear(self) -> None:
@@ -259,6 +287,7 @@ class Store:
         with self._lock:
             self._lru.clear()
             self._pinned.clear()
+            self._touches.clear()
             self._policy = make_policy(self.policy_name)
             self._nbytes = self._pinned_nbytes = 0
         self._counters.reset()

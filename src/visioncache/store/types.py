@@ -25,6 +25,7 @@ class Entry:
     nbytes: int
     cost: float
     priority: float = 0.0  # the eviction policy's, if it keeps one
+    ticket: int = 0  # the eviction policy's: which of its records is this entry's current one
 
 
 @dataclass(slots=True)
