@@ -3,7 +3,9 @@
 Both versions of visioncache are imported into this process (the baseline from ``git archive`` of
 ``--baseline``), the same caches are filled, and the hit calls are timed interleaved, so machine
 noise hits both alike. Prints the median per call and the ratio (this tree / baseline); the target
-is <= 1.0x (no slower than before), within the run's noise.
+is <= 1.0x (no slower than before), within the run's noise. The "8 threads" rows time a pool of 8
+threads that each make the same hits (per call: wall time of the pool / hits made), so lock
+convoys and GIL hand-offs on the hit path show up too.
 
 usage: python benchmarks/bench_hit_path.py [--baseline REV] [--rounds N]
 """
@@ -18,6 +20,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,6 +35,29 @@ from _timing import interleaved_medians, print_table
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDING = np.zeros((999, 1536), dtype=np.float16)  # a 2B-class tower's output for one image
 CALLS_PER_SAMPLE = 200
+THREADS = 8
+
+
+class ThreadPool:
+    """``THREADS`` threads that each run ``call`` when the pool is run, and wait for each other."""
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        self._call = call
+        self._start = threading.Barrier(THREADS + 1)
+        self._done = threading.Barrier(THREADS + 1)
+        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(THREADS)]
+        for thread in self._threads:
+            thread.start()
+
+    def _work(self) -> None:
+        while True:
+            self._start.wait()
+            self._call()
+            self._done.wait()
+
+    def __call__(self) -> None:
+        self._start.wait()
+        self._done.wait()
 
 
 def jpeg(seed: int, size: int) -> bytes:
@@ -86,10 +113,21 @@ def scenarios(package: ModuleType, images: dict[str, Any], path: str) -> dict[st
 
         return run
 
+    per_thread = CALLS_PER_SAMPLE // THREADS  # the same hits per sample as one thread makes
+
+    def threaded(call: Any) -> Any:
+        def run() -> None:
+            for _ in range(per_thread):
+                call()
+
+        return ThreadPool(run)
+
     return {
         f"encode_images, 1 image ({len(small) / 1e3:.1f} KB)": repeat(
             lambda: cache.encode_images([small], encode)
         ),
+        f"encode_images, 1 image, {THREADS} threads": threaded(lambda: cache.encode_images([small], encode)),
+        f"get_pixel_cache, {THREADS} threads": threaded(lambda: cache.get_pixel_cache([small], "prompt")),
         "encode_images, 8 images": repeat(lambda: cache.encode_images(batch, encode)),
         f"get_image_embeddings ({len(photo) / 1e3:.0f} KB)": repeat(
             lambda: cache.get_image_embeddings([photo])

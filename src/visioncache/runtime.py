@@ -1,6 +1,6 @@
 """What visioncache needs from the interpreter: the GIL.
 
-Why: the hit path takes no lock. A hit reads two dicts and appends the key to a deque of recent
+Why: the hit path takes no lock. A hit reads two dicts and appends the key to a list of recent
 hits (`visioncache.store.store`), and the path memo reads and reorders its `OrderedDict`; each is
 one C operation, atomic because the GIL is held across it. Free-threaded CPython (3.13t, 3.14t)
 runs those operations concurrently unless the GIL is switched back on (``PYTHON_GIL=1`` or

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from visioncache.errors import ConfigurationError
@@ -40,7 +40,9 @@ class _Entry(Protocol):
 class EvictionPolicy(Protocol):
     """Orders the store's unpinned entries (``lru``: key -> entry, least recently used first)."""
 
-    def touch(self, lru: OrderedDict[str, Any], key: str, entry: Any) -> None: ...
+    def touch(self, lru: OrderedDict[str, Any], keys: Sequence[str]) -> None:
+        """These keys were hit, in this order (some may be gone or pinned since)."""
+        ...
 
     def admitted(self, lru: OrderedDict[str, Any], key: str, entry: Any) -> None: ...
 
@@ -52,11 +54,14 @@ class EvictionPolicy(Protocol):
 class LRUPolicy:
     """Least-recently-used first."""
 
-    def touch(self, lru: OrderedDict[str, Any], key: str, entry: Any) -> None:
-        try:  # noqa: SIM105 - a try costs less than contextlib.suppress on the hit path
-            lru.move_to_end(key)
-        except KeyError:  # pinned, or evicted since the read: nothing to reorder
-            pass
+    def touch(self, lru: OrderedDict[str, Any], keys: Sequence[str]) -> None:
+        move_to_end = lru.move_to_end
+        # Only each key's last hit decides its place: hot keys are moved once, not once a hit.
+        for key in reversed(dict.fromkeys(reversed(keys))):
+            try:  # noqa: SIM105 - a try costs less than contextlib.suppress, once per hit
+                move_to_end(key)
+            except KeyError:  # pinned, or evicted since the hit: nothing to reorder
+                pass
 
     def admitted(self, lru: OrderedDict[str, Any], key: str, entry: Any) -> None:
         """The store appended ``key`` to ``lru`` (most recently used): nothing more to do."""
@@ -86,8 +91,12 @@ class CostPolicy:
     def _priority(self, entry: _Entry) -> float:
         return self._inflation + entry.cost / max(entry.nbytes, 1)
 
-    def touch(self, lru: OrderedDict[str, Any], key: str, entry: _Entry) -> None:
-        entry.priority = self._priority(entry)  # the heap record is refreshed lazily in `victim`
+    def touch(self, lru: OrderedDict[str, Any], keys: Sequence[str]) -> None:
+        inflation = self._inflation
+        for key in keys:
+            entry = lru.get(key)
+            if entry is not None:  # the heap record is refreshed lazily in `victim`
+                entry.priority = inflation + entry.cost / max(entry.nbytes, 1)
 
     def admitted(self, lru: OrderedDict[str, Any], key: str, entry: _Entry) -> None:
         entry.priority = self._priority(entry)

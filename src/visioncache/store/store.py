@@ -17,7 +17,7 @@ Every cache level holds one `Store` (docs/design.md, principle 2). Guarantees:
   lock (nobody can see the key neither stored nor in flight); an owner whose value cannot be sized
   has its claim abandoned, so no waiter is left waiting;
 - hits take no lock, and are still exact for the eviction order: a hit reads two dicts and appends
-  its key to a deque of recent hits (each one atomic C operation under the GIL), and never touches
+  its key to a list of recent hits (each one atomic C operation under the GIL), and never touches
   the order itself. Everything that reads or changes the order (the policy's touch, admissions,
   evictions) runs under the one lock, which first applies the buffered hits in order; a hit also
   applies them once more than ``TOUCH_BUFFER`` wait, if the lock is free (issue #18.2: a lock-free
@@ -32,7 +32,7 @@ Every cache level holds one `Store` (docs/design.md, principle 2). Guarantees:
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -71,7 +71,7 @@ class Store:
         self._sizeof = sizeof
         self._lock = threading.Lock()
         self._lru: OrderedDict[str, Entry] = OrderedDict()  # unpinned entries, LRU first
-        self._touches: deque[str] = deque()  # keys hit since the order was last brought up to date
+        self._touches: list[str] = []  # keys hit since the order was last brought up to date
         self._pinned: dict[str, Entry] = {}  # entries whose key holds pins
         self._pins: dict[str, int] = {}
         self._flights: dict[str, Future[Any]] = {}
@@ -103,12 +103,14 @@ class Store:
 
     def _apply_touches(self) -> None:
         """Hand the buffered hits to the policy, oldest first (under the lock)."""
-        touches, lru, touch = self._touches, self._lru, self._policy.touch
-        for _ in range(len(touches)):  # hits appended meanwhile wait for the next time
-            key = touches.popleft()
-            entry = lru.get(key)
-            if entry is not None:  # pinned or gone since: its order is the admission's
-                touch(lru, key, entry)
+        touches = self._touches
+        if touches:
+            # Two atomic list operations: hits append at the end meanwhile, and only the lock's
+            # holder removes from the front, so the first `count` keys are these two calls' alone.
+            count = len(touches)
+            keys = touches[:count]
+            del touches[:count]
+            self._policy.touch(self._lru, keys)
 
     def lookup(self, key: str) -> Entry | None:
         """`find`, certain: a miss is confirmed under the lock. Counts nothing."""
