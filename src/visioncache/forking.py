@@ -1,20 +1,31 @@
-"""Fork safety: objects that hold locks or threads get a hook around ``os.fork``.
+"""Fork safety: every lock a visioncache thread can hold is free in a forked child.
 
 Pre-fork servers (gunicorn, ``multiprocessing`` with ``fork``) copy a process while other threads
-may be inside a lock or own work in flight. In the child those threads do not exist: a lock they
-held stays held forever, and work they owned is never finished. A tracked object says how to
-prepare: ``before_fork`` (e.g. take its lock, so no thread is inside it at the fork),
-``after_fork_in_parent`` (give it back) and ``after_fork_in_child`` (give it back and drop what
-belonged to the parent's threads). Objects are tracked weakly.
+may be inside a lock, inside SQLite, or own work in flight. In the child those threads do not
+exist: a lock they held stays held forever, and work they owned is never finished. Three tools:
+
+- `lock()`: a plain ``threading.Lock`` that every fork takes first and gives back after, so no
+  thread is inside it when the process is copied (the fork waits for the holder to leave);
+- `Gate`: operations (a disk tier's SQLite transactions) that a fork waits for, and that wait for
+  a fork in progress, without serialising each other;
+- `track(item)`: an object with its own hooks: ``before_fork`` (e.g. take its lock),
+  ``after_fork_in_parent`` (give it back) and ``after_fork_in_child`` (give it back and drop what
+  belonged to the parent's threads: claims in flight, a writer's queue, connections).
+
+Locks taken this way must not be held while taking another (leaves), or while inside a `Gate`:
+a fork takes them in no particular order. Objects and locks are tracked weakly.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
-__all__ = ["ForkAware", "track"]
+__all__ = ["ForkAware", "Gate", "lock", "track"]
 
 
 class ForkAware(Protocol):
@@ -26,7 +37,9 @@ class ForkAware(Protocol):
 
 
 _TRACKED: weakref.WeakSet[ForkAware] = weakref.WeakSet()
+_LOCKS: weakref.WeakSet[threading.Lock] = weakref.WeakSet()
 _PREPARED: list[ForkAware] = []  # the objects prepared for the fork in progress, in order
+_HELD: list[threading.Lock] = []  # the locks taken for the fork in progress
 
 
 def track(item: ForkAware) -> None:
@@ -34,19 +47,94 @@ def track(item: ForkAware) -> None:
     _TRACKED.add(item)
 
 
+def lock() -> threading.Lock:
+    """A new ``threading.Lock`` that no thread holds while this process forks (see the module
+    docstring: hold it only briefly, and take no other lock while holding it)."""
+    made = threading.Lock()
+    _LOCKS.add(made)
+    return made
+
+
+class Gate:
+    """Operations that must not be in progress when the process forks (e.g. SQLite calls: a child
+    copied while a thread is inside SQLite inherits its mutexes held).
+
+    ``with gate.entered():`` around each operation; a fork waits until none is in progress, and new
+    ones wait until the fork is done. Operations do not wait for each other, and a thread may enter
+    again while inside.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        track(self)
+
+    def _reset(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._active = 0
+        self._forking = False
+        self._depth = threading.local()
+
+    @contextmanager
+    def entered(self) -> Iterator[None]:
+        depth = getattr(self._depth, "value", 0)
+        if depth:  # already inside: a fork is waiting for this thread, not the reverse
+            self._depth.value = depth + 1
+            try:
+                yield
+            finally:
+                self._depth.value = depth
+            return
+        with self._condition:
+            while self._forking:
+                self._condition.wait()
+            self._active += 1
+        self._depth.value = 1
+        try:
+            yield
+        finally:
+            self._depth.value = 0
+            with self._condition:
+                self._active -= 1
+                if not self._active:
+                    self._condition.notify_all()
+
+    def before_fork(self) -> None:
+        self._condition.acquire()  # held across the fork; `wait` lets operations finish meanwhile
+        self._forking = True
+        while self._active:
+            self._condition.wait()
+
+    def after_fork_in_parent(self) -> None:
+        self._forking = False
+        self._condition.notify_all()
+        self._condition.release()
+
+    def after_fork_in_child(self) -> None:
+        self._reset()  # the waiters were the parent's threads
+
+
 def _before() -> None:
     _PREPARED[:] = list(_TRACKED)
     for item in _PREPARED:
         item.before_fork()
+    _HELD[:] = list(_LOCKS)
+    for held in _HELD:
+        held.acquire()
 
 
 def _after_in_parent() -> None:
+    for held in reversed(_HELD):
+        held.release()
+    _HELD.clear()
     for item in reversed(_PREPARED):
         item.after_fork_in_parent()
     _PREPARED.clear()
 
 
 def _after_in_child() -> None:
+    for held in reversed(_HELD):
+        held.release()
+    _HELD.clear()
     for item in reversed(_PREPARED):
         item.after_fork_in_child()
     _PREPARED.clear()

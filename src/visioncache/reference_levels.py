@@ -12,11 +12,11 @@ one refuses.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
+from visioncache import forking
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
 from visioncache.identity.keys import ImageKeys
 from visioncache.level import Level
@@ -36,7 +36,7 @@ class ReferenceLevels:
         self._levels = levels
         self._keys = keys
         self._enabled = enabled
-        self._lock = threading.Lock()
+        self._lock = forking.lock()
         self.images_processed = 0  # the reference's total_images_processed
 
     def _key(self, level: str, images: Sequence[Any], prompt: str | None = None) -> str | None:

@@ -15,10 +15,10 @@ tools, or pass bytes instead of the path.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import OrderedDict
 
+from visioncache import forking
 from visioncache.runtime import require_gil
 
 __all__ = ["PathDigestMemo"]
@@ -38,7 +38,7 @@ class PathDigestMemo:
         self.max_entries = max_entries
         self.settle_seconds = settle_seconds
         self._entries: OrderedDict[str, tuple[_StatKey, bytes]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = forking.lock()
 
     def lookup(self, path: str, status: os.stat_result) -> bytes | None:
         """The remembered digest if the file's stat key is unchanged, else None.

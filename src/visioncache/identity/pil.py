@@ -19,19 +19,19 @@ What the digest covers, mode by mode (each has a collision test in tests/test_id
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from blake3 import blake3
 
+from visioncache import forking
 from visioncache.errors import InvalidImageError, VisionCacheError, describe_input
 from visioncache.identity.framing import domain_key, frame
 
 __all__ = ["pil_digest", "pil_pixel_bytes"]
 
 _PIL = domain_key("visioncache/image/pil/v2")
-_SEEKING = threading.Lock()  # only multi-frame images take it
+_SEEKING = forking.lock()  # only multi-frame images take it; a fork waits until it is free
 
 
 def pil_pixel_bytes(mode: str, width: int, height: int) -> int:

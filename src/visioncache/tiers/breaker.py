@@ -8,10 +8,10 @@ timeout per interval, and a server that is back is used again within one interva
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
+from visioncache import forking
 from visioncache.errors import ConfigurationError
 from visioncache.tiers import defaults
 
@@ -28,7 +28,7 @@ class CircuitBreaker:
             raise ConfigurationError(f"retry_interval must be > 0 seconds, got {retry_interval}")
         self.retry_interval = retry_interval
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = forking.lock()  # free in a forked child (see `visioncache.forking`)
         self._open_until: float | None = None  # None: closed
         self.opens = 0  # times it went from closed to open
         self.skipped = 0  # calls answered False

@@ -30,7 +30,6 @@ them. Guarantees:
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -39,6 +38,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from visioncache import forking
 from visioncache.errors import ConfigurationError, CorruptEntryError, UnverifiableEntryError
 from visioncache.tiers import defaults
 from visioncache.tiers.base import Tier
@@ -94,7 +94,7 @@ class TierChain:
         self._guarded = [GuardedTier(tier, CircuitBreaker(retry_interval, clock=clock)) for tier in tiers]
         self._secrets: list[bytes | None] = list(accepted) or [None]
         self._key_secrets = [blake3(b"visioncache/tier-key/v1\0" + item).digest() for item in accepted]
-        self._lock = threading.Lock()
+        self._lock = forking.lock()
         self._unserializable = 0
         self._namespaces: dict[str, str] = {}  # tag -> name, written with the first save
         self._registered: set[str] = set()

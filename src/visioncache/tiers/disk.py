@@ -1,7 +1,10 @@
 """`DiskTier`: blobs in a local directory, shared by every process on the host, kept across restarts.
 
 Built on diskcache (SQLite index + one file per large value), which is thread-safe and
-process-safe, and reopens its connections after a fork. The directory is bounded by ``max_bytes``
+process-safe. Fork-safe: a fork waits until no thread of this process is inside an operation of
+the tier (`visioncache.forking.Gate`: a child copied while a thread is inside SQLite inherits
+SQLite's mutexes held, and hangs), and a child reopens the directory with its own connections at
+its first operation. The directory is bounded by ``max_bytes``
 with least-recently-used eviction; a directory under ``/dev/shm`` makes it a shared-memory tier.
 
 Bounded waits: every operation waits at most ``timeout`` seconds for SQLite's lock held by another
@@ -27,6 +30,7 @@ from typing import Any
 
 import diskcache
 
+from visioncache import forking
 from visioncache.errors import ConfigurationError, CorruptEntryError
 from visioncache.tiers import defaults
 from visioncache.tiers.stats import TierSizes
@@ -116,8 +120,22 @@ class DiskTier:
         self.max_bytes = max_bytes
         self.timeout = timeout
         self._opened: Any = None
-        self._open_lock = threading.Lock()
+        self._gate = forking.Gate()  # every operation below runs inside it
+        self._open_lock = threading.Lock()  # taken inside the gate only: a fork finds it free
         self._rejections = 0
+        forking.track(self)
+
+    # ---- fork safety (`visioncache.forking`) -----------------------------------------------------
+    def before_fork(self) -> None:
+        """Nothing to take: the gate makes the fork wait for operations in progress."""
+
+    def after_fork_in_parent(self) -> None:
+        """The parent keeps its connections."""
+
+    def after_fork_in_child(self) -> None:
+        # The parent's connections are not this process's to use: open anew at first use.
+        self._opened = None
+        self._open_lock = threading.Lock()
 
     @property
     def _cache(self) -> Any:
@@ -140,15 +158,17 @@ class DiskTier:
         return self._opened
 
     def get(self, key: str) -> bytes | None:
-        blob: bytes | None = self._cache.get(key, default=None, retry=False)
+        with self._gate.entered():
+            blob: bytes | None = self._cache.get(key, default=None, retry=False)
         return blob
 
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """One transaction (one lock wait at most). An entry that cannot be read as bytes (e.g.
         pickled by another program) answers ``b""``, which the chain treats as corrupt."""
-        cache = self._cache
-        with cache.transact(retry=False):
-            return [self._read(cache, key) for key in keys]
+        with self._gate.entered():
+            cache = self._cache
+            with cache.transact(retry=False):
+                return [self._read(cache, key) for key in keys]
 
     @staticmethod
     def _read(cache: Any, key: str) -> bytes | None:
@@ -159,44 +179,52 @@ class DiskTier:
         return blob
 
     def put(self, key: str, blob: bytes) -> None:
-        cache = self._cache
-        if len(blob) > cache.size_limit:
-            # Storing it would only evict everything else and then itself.
-            self._rejections += 1
-            cache.delete(key, retry=False)
-            return
-        cache.set(key, blob, retry=False)
+        with self._gate.entered():
+            cache = self._cache
+            if len(blob) > cache.size_limit:
+                # Storing it would only evict everything else and then itself.
+                self._rejections += 1
+                cache.delete(key, retry=False)
+                return
+            cache.set(key, blob, retry=False)
 
     def delete(self, key: str) -> None:
-        self._cache.delete(key, retry=False)
+        with self._gate.entered():
+            self._cache.delete(key, retry=False)
 
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
-        cache = self._cache
-        return [key in cache for key in keys]
+        with self._gate.entered():
+            cache = self._cache
+            return [key in cache for key in keys]
 
     def keys(self) -> Iterator[str]:
-        """Every stored key (for `visioncache stats`); iterating does not touch LRU order."""
-        for key in self._cache.iterkeys():
-            yield str(key)
+        """Every stored key (for `visioncache stats`); iterating does not touch LRU order. Read
+        whole before the first is yielded: a fork must never wait for a paused iteration."""
+        with self._gate.entered():
+            keys = [str(key) for key in self._cache.iterkeys()]
+        yield from keys
 
     def sizes(self) -> TierSizes:
-        if self._opened is None and not os.path.isdir(self.directory):
-            return TierSizes(rejections=self._rejections)  # opening it now would create the directory
-        cache = self._cache
-        return TierSizes(
-            entries=len(cache),
-            bytes=int(cache.volume()),
-            max_bytes=int(cache.size_limit),
-            rejections=self._rejections,
-        )
+        with self._gate.entered():
+            if self._opened is None and not os.path.isdir(self.directory):
+                return TierSizes(rejections=self._rejections)  # opening it now would create the directory
+            cache = self._cache
+            return TierSizes(
+                entries=len(cache),
+                bytes=int(cache.volume()),
+                max_bytes=int(cache.size_limit),
+                rejections=self._rejections,
+            )
 
     def stored_bytes(self, keys: Sequence[str]) -> int:
         """The directory's volume (database and value files): every key's share, records included."""
-        return int(self._cache.volume())
+        with self._gate.entered():
+            return int(self._cache.volume())
 
     def close(self) -> None:
-        if self._opened is not None:
-            self._opened.close()
+        with self._gate.entered():
+            if self._opened is not None:
+                self._opened.close()
 
     def __repr__(self) -> str:
         return f"DiskTier({self.directory!r}, max_bytes={self.max_bytes})"

@@ -10,11 +10,11 @@ for reads, writes and the stats read at every metrics scrape alike.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from visioncache import forking
 from visioncache.errors import CorruptEntryError
 from visioncache.tiers.base import Tier
 from visioncache.tiers.breaker import CircuitBreaker
@@ -33,7 +33,7 @@ class GuardedTier:
         self.name = tier.name
         self.breaker = breaker
         self._counts = dict.fromkeys((field.name for field in fields(TierCounts)), 0)
-        self._lock = threading.Lock()
+        self._lock = forking.lock()  # a child forked while a thread counts must not inherit it held
 
     def call(self, operation: Callable[[], Any]) -> tuple[bool, Any]:
         """(True, result) of ``operation``, or (False, None) if the breaker skipped it or it failed."""

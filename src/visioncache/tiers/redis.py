@@ -17,10 +17,10 @@ known node, so in cluster mode a failure costs up to (1 + nodes) timeouts per in
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from visioncache import forking
 from visioncache.errors import ConfigurationError, CorruptEntryError
 from visioncache.extras import requires
 from visioncache.tiers import defaults
@@ -71,7 +71,7 @@ class RedisTier:
             # Retrying inside the client would multiply the time a dead server costs.
             "retry": Retry(NoBackoff(), 0),
         }
-        self._client_lock = threading.Lock()
+        self._client_lock = forking.lock()  # held while a client is made (a cluster's connects)
         self._created: Any = None
 
     @property

@@ -1,0 +1,148 @@
+"""Regression tests for issue #18.4 (shared tiers): a child forked at any moment never hangs.
+
+A child forked while the writer was inside the tier guard's or the circuit breaker's lock waited
+forever at its first lookup (every time); 4-5 of 64 children forked while the writer was busy on a
+disk tier hung, in the guard's counter lock or inside SQLite (a connection, and SQLite's own
+mutexes, the parent's threads were using). Now every lock is taken across the fork, and a fork
+waits until no thread is inside a disk-tier operation; the child reopens the directory with its own
+connections at first use. Each child is timed out by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import encode_image, random_image
+from tests.support.forks import (
+    CHILD_SECONDS,
+    held_by_another_thread,
+    run_in_child,
+    start_child,
+    wait_for_child,
+)
+from tests.tiers.conftest import free_port
+from visioncache import VisionEmbeddingCache, compute_image_hash
+from visioncache.tiers.chain import TierChain
+from visioncache.tiers.disk import DiskTier, _BoundedCache
+from visioncache.tiers.redis import RedisTier
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+
+def image(seed: int) -> bytes:
+    return encode_image(random_image(seed, (8, 8)))
+
+
+def value_of(item: bytes) -> np.ndarray:
+    return np.frombuffer(bytes.fromhex(compute_image_hash(item)), np.uint8).astype(np.float32)
+
+
+def encode(images: list[bytes]) -> list[np.ndarray]:
+    return [value_of(item) for item in images]
+
+
+def child_request(cache: VisionEmbeddingCache, seed: int) -> Any:
+    """What a forked worker does first: look up, encode, write down, and wait for the write."""
+
+    def request() -> bool:
+        values = cache.encode_images([image(seed), image(0)], encode)
+        correct = all(
+            np.array_equal(value, value_of(item))
+            for value, item in zip(values, [image(seed), image(0)], strict=True)
+        )
+        return correct and cache.tiers is not None and cache.tiers.flush(timeout=CHILD_SECONDS / 2)
+
+    return request
+
+
+def disk_cache(directory: Path) -> VisionEmbeddingCache:
+    cache = VisionEmbeddingCache(tiers=[DiskTier(directory)])
+    cache.encode_images([image(0)], encode)  # opened, written, the writer thread started
+    assert cache.tiers is not None and cache.tiers.flush(timeout=30)
+    return cache
+
+
+@pytest.mark.parametrize("lock", ["guard", "breaker", "chain"])
+def test_regression_child_forked_inside_a_tier_lock_waits_forever(tmp_path: Path, lock: str) -> None:
+    """The writer inside the guard's counter lock, the breaker's lock or the chain's own lock at
+    the fork: the child's first lookup (or first write) waited forever."""
+    cache = disk_cache(tmp_path / "disk")
+    chain = cache.tiers
+    assert isinstance(chain, TierChain)
+    guard = chain._guarded[0]
+    held = {"guard": guard._lock, "breaker": guard.breaker._lock, "chain": chain._lock}[lock]
+    with held_by_another_thread(held):
+        outcome = run_in_child(child_request(cache, 1))
+    assert outcome == "ok", f"the child's first request {outcome}"
+
+
+def test_regression_child_forked_while_a_disk_tier_opens_waits_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread opening the disk tier (its first operation) holds the tier's open lock: a child
+    forked meanwhile waited forever at its own first operation."""
+    cache = VisionEmbeddingCache(tiers=[DiskTier(tmp_path / "disk")])
+    opening, release = threading.Event(), threading.Event()
+    original = _BoundedCache.__init__
+
+    def slow_open(self: Any, *args: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            opening.set()
+            release.wait(CHILD_SECONDS)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_BoundedCache, "__init__", slow_open)
+    first = threading.Thread(target=lambda: cache.get_image_embeddings([image(5)]), daemon=True)
+    first.start()
+    assert opening.wait(CHILD_SECONDS)
+    threading.Timer(0.2, release.set).start()  # the open finishes while the fork waits for it
+    outcome = run_in_child(child_request(cache, 2))
+    first.join(CHILD_SECONDS)
+    assert outcome == "ok", f"the child's first request {outcome}"
+
+
+def test_regression_child_forked_while_a_redis_client_is_created_waits_forever() -> None:
+    """The same for the Redis tier's client lock (held while a client is created: a cluster
+    client connects there). The child's request is served without the (absent) server."""
+    tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.2)
+    cache = VisionEmbeddingCache(tiers=TierChain([tier], secrets=[b"fork test"], max_pending_write_bytes=0))
+    with held_by_another_thread(tier._client_lock):
+        outcome = run_in_child(lambda: cache.encode_images([image(3)], encode)[0] is not None)
+    assert outcome == "ok", f"the child's first request {outcome}"
+
+
+@pytest.mark.slow
+def test_regression_children_forked_while_the_writer_is_busy_on_a_disk_tier_hang(tmp_path: Path) -> None:
+    """As it happens: threads keep storing new images (the writer keeps writing to disk) and
+    reading while the test forks 64 children, each of which looks up, encodes and writes."""
+    cache = disk_cache(tmp_path / "disk")
+    stop = threading.Event()
+
+    def keep_storing(offset: int) -> None:
+        seed = offset
+        while not stop.is_set():
+            seed += 2
+            cache.encode_images([image(seed)], encode)
+            cache.get_image_embeddings([image(seed - 40)])
+
+    threads = [threading.Thread(target=keep_storing, args=(offset,), daemon=True) for offset in (1000, 1001)]
+    for thread in threads:
+        thread.start()
+    outcomes: list[str] = []
+    try:
+        for child in range(64):
+            outcomes.append(wait_for_child(start_child(child_request(cache, 100 + child)), seconds=20.0))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert outcomes.count("ok") == 64, {outcome: outcomes.count(outcome) for outcome in set(outcomes)}
+    reader = VisionEmbeddingCache(tiers=[DiskTier(tmp_path / "disk")])
+    children = [image(100 + child) for child in range(64)]
+    assert all(value is not None for value in reader.get_image_embeddings(children))  # their writes landed
