@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.internals import get, level_store
 from visioncache import VisionEmbeddingCache
 from visioncache.errors import UnsupportedRuntimeError
 from visioncache.store.store import Store
@@ -103,11 +104,11 @@ def test_buffered_hits_keep_lru_order_exact() -> None:
     store = Store(max_entries=3)
     for key in "abc":
         store.put(key, key)
-    assert store.get("a") == "a" and store.get("b") == "b"  # c is now least recently used
+    assert get(store, "a") == "a" and get(store, "b") == "b"  # c is now least recently used
     store.put("d", "d")
     assert [key for key in "abcd" if key in store] == ["a", "b", "d"]
     for _ in range(1000):  # more hits than the buffer holds: drained on the hit path
-        store.get("a")
+        get(store, "a")
     store.put("e", "e")
     assert [key for key in "abde" if key in store] == ["a", "d", "e"]
 
@@ -165,4 +166,4 @@ def test_free_threaded_python_without_the_gil_is_refused(monkeypatch: pytest.Mon
     with pytest.raises(UnsupportedRuntimeError):
         Store()
     monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)  # PYTHON_GIL=1
-    assert len(VisionEmbeddingCache(max_pixel_entries=2).level("pixel").store) == 0
+    assert len(level_store(VisionEmbeddingCache(max_pixel_entries=2), "pixel")) == 0

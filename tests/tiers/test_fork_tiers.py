@@ -29,7 +29,8 @@ from tests.support.forks import (
 from tests.tiers.conftest import free_port
 from visioncache import VisionEmbeddingCache, compute_image_hash
 from visioncache.tiers.chain import TierChain
-from visioncache.tiers.disk import DiskTier, _BoundedCache
+from visioncache.tiers.disk import DiskTier
+from visioncache.tiers.disk_store import BoundedCache
 from visioncache.tiers.redis import RedisTier
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -89,7 +90,7 @@ def test_regression_child_forked_while_a_disk_tier_opens_waits_forever(
     forked meanwhile waited forever at its own first operation."""
     cache = VisionEmbeddingCache(tiers=[DiskTier(tmp_path / "disk")])
     opening, release = threading.Event(), threading.Event()
-    original = _BoundedCache.__init__
+    original = BoundedCache.__init__
 
     def slow_open(self: Any, *args: Any, **kwargs: Any) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -97,7 +98,7 @@ def test_regression_child_forked_while_a_disk_tier_opens_waits_forever(
             release.wait(CHILD_SECONDS)
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(_BoundedCache, "__init__", slow_open)
+    monkeypatch.setattr(BoundedCache, "__init__", slow_open)
     first = threading.Thread(target=lambda: cache.get_image_embeddings([image(5)]), daemon=True)
     first.start()
     assert opening.wait(CHILD_SECONDS)

@@ -214,7 +214,15 @@ class TierSettings:
         """The configured tiers, disk first (local, fast), then Redis/Valkey (shared); none opened."""
         tiers: list[Tier] = []
         if self.disk_dir is not None:
-            tiers.append(DiskTier(self.disk_dir, self.disk_max_bytes, timeout=self.disk_timeout))
+            # The directory's identity is checked on reads at most once per retry interval.
+            tiers.append(
+                DiskTier(
+                    self.disk_dir,
+                    self.disk_max_bytes,
+                    timeout=self.disk_timeout,
+                    check_interval=self.retry_interval,
+                )
+            )
         if self.redis_url is not None:
             from visioncache.tiers.redis import RedisTier  # the optional [redis] extra
 

@@ -30,6 +30,7 @@ class TierSizes:
     bytes: int | None = None
     max_bytes: int | None = None
     rejections: int = 0  # blobs larger than the tier's whole budget
+    reopens: int = 0  # times the tier found its storage deleted or replaced, and reopened it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,132 @@
+"""diskcache, adapted for the disk tier: bytes only, bounded waits, no file left by a failed write.
+
+`BytesOnlyDisk` stores only ``bytes`` values under ``str`` keys, and refuses to decode anything else
+it finds (a value some other program pickled into the directory reads as a corrupt entry, not as
+an object): nothing read from the directory is ever unpickled. It writes a large value's file
+itself, and removes it when the write fails (EFBIG, ENOSPC, any error) or when the database row
+that would have pointed to it is not committed (`BoundedCache.set_bytes`): a failed write never
+leaves bytes on disk outside what the database counts against ``size_limit``.
+
+`BoundedCache` is a diskcache `Cache` whose internal retry loop (used while opening) gives up after
+the connection timeout instead of 60 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import diskcache
+
+from visioncache.errors import CorruptEntryError
+
+__all__ = ["BoundedCache", "BytesOnlyDisk"]
+
+_OPEN_ATTEMPTS = 10  # as diskcache: another process may remove an empty sub-directory meanwhile
+
+
+class BytesOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no type hints
+    """A diskcache `Disk` for ``str`` keys and ``bytes`` values only: it never pickles or unpickles."""
+
+    def __init__(self, directory: str, **kwargs: Any) -> None:
+        super().__init__(directory, **kwargs)
+        self._written = threading.local()  # the value file this thread's last `store` wrote
+
+    def put(self, key: Any) -> tuple[Any, bool]:
+        if type(key) is not str:
+            raise TypeError(f"DiskTier keys are str, got {type(key).__name__}")
+        result: tuple[Any, bool] = super().put(key)
+        return result
+
+    def get(self, key: Any, raw: bool) -> Any:
+        if not raw:
+            raise CorruptEntryError("refusing to unpickle a key found in the disk tier")
+        return super().get(key, raw)
+
+    def store(self, value: Any, read: bool, key: Any = diskcache.UNKNOWN) -> Any:
+        if type(value) is not bytes:
+            raise TypeError(f"DiskTier values are bytes, got {type(value).__name__}")
+        self._written.filename = None
+        if len(value) < self.min_file_size:
+            return super().store(value, read, key=key)  # inside the database row
+        filename, full_path = self.filename(key, value)
+        self._write_file(full_path, value)
+        self._written.filename = filename
+        return len(value), diskcache.core.MODE_BINARY, filename, None
+
+    @staticmethod
+    def _write_file(full_path: str, value: bytes) -> None:
+        """Write a new value file; on any failure remove what was written, and raise."""
+        for attempt in range(1, _OPEN_ATTEMPTS + 1):
+            os.makedirs(os.path.dirname(full_path), exist_ok=True)
+            try:
+                file = open(full_path, "xb")  # noqa: SIM115 - closed below, inside the cleanup
+            except FileNotFoundError:  # its sub-directory was removed since makedirs
+                if attempt == _OPEN_ATTEMPTS:
+                    raise
+                continue
+            try:
+                with file:
+                    file.write(value)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.remove(full_path)
+                raise
+            return
+
+    def discard_written(self) -> None:
+        """Remove the value file this thread's last `store` wrote (its row was not committed)."""
+        filename = getattr(self._written, "filename", None)
+        self._written.filename = None
+        if filename is not None:
+            self.remove(filename)
+
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+        if mode not in (diskcache.core.MODE_RAW, diskcache.core.MODE_BINARY) or read:
+            raise CorruptEntryError(f"refusing to decode a disk-tier value stored in mode {mode}")
+        result = super().fetch(mode, filename, value, read)
+        if type(result) is not bytes:
+            raise CorruptEntryError(f"disk-tier value is {type(result).__name__}, not bytes")
+        return result
+
+
+class BoundedCache(diskcache.Cache):  # type: ignore[misc]  # diskcache ships no type hints
+    """A diskcache `Cache` that waits at most ``open_timeout`` while opening, and stores bytes
+    without leaving a file behind when the write fails."""
+
+    def __init__(self, directory: str, *, open_timeout: float, **kwargs: Any) -> None:
+        self._open_timeout = open_timeout  # read by _sql_retry inside diskcache's __init__
+        super().__init__(directory, disk=BytesOnlyDisk, **kwargs)
+
+    def set_bytes(self, key: str, blob: bytes) -> None:
+        """``set(key, blob)`` without retries; if it raises, the value file it wrote is removed."""
+        disk: BytesOnlyDisk = self.disk
+        try:
+            self.set(key, blob, retry=False)
+        except BaseException:
+            disk.discard_written()  # the row was rolled back, or never begun
+            raise
+
+    @property
+    def _sql_retry(self) -> Callable[..., Any]:
+        sql = self._sql
+        budget = self._open_timeout
+
+        def execute(statement: str, *args: Any, **kwargs: Any) -> Any:
+            deadline = time.monotonic() + budget
+            while True:
+                try:
+                    return sql(statement, *args, **kwargs)
+                except sqlite3.OperationalError as error:
+                    if str(error) != "database is locked":
+                        raise  # diskcache's own fallbacks catch these (e.g. "no such table")
+                    if time.monotonic() > deadline:
+                        raise diskcache.Timeout(f"disk tier locked for {budget} s") from error
+                    time.sleep(0.001)
+
+        return execute
