@@ -82,3 +82,27 @@ def test_regression_serve_mlx_signs_every_redis_entry_with_its_secret(
             unsigned_tiers = unsigned.tiers
             assert unsigned_tiers is not None
             assert load(unsigned_tiers, key) is None  # an unsigned reader never accepts a signed blob
+
+
+def test_install_options_and_flags_build_the_same_tier_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from visioncache import ConfigurationError
+    from visioncache.integrations.vllm_mlx import VisionCacheSettings
+    from visioncache.integrations.vllm_mlx.launcher import build_parser
+
+    expected = TierSettings(disk_dir=str(tmp_path), redis_ttl=60, secrets=(SECRET.encode(),))
+    options = VisionCacheSettings.from_options(
+        model_id="m", disk_dir=str(tmp_path), redis_ttl=60, secrets=[SECRET.encode()]
+    )
+    monkeypatch.setenv("VC_TEST_SECRET", SECRET)
+    flags = ["--vision-cache-model-id", "m", "--vision-cache-disk-dir", str(tmp_path)]
+    flags += ["--vision-cache-redis-ttl", "60"]
+    flags += ["--vision-cache-hmac-secret-env", "VC_TEST_SECRET"]
+    parsed = VisionCacheSettings.from_args(build_parser().parse_args(flags), model_path=None)
+    assert options.tiers == parsed.tiers == expected
+    monkeypatch.setenv("VISIONCACHE_DISK_DIR", str(tmp_path))
+    from_env = VisionCacheSettings.from_options(model_id="m", tiers_from_env=True)
+    assert from_env.tiers == TierSettings(disk_dir=str(tmp_path))
+    with pytest.raises(ConfigurationError, match="either from the environment"):
+        VisionCacheSettings.from_options(model_id="m", tiers_from_env=True, disk_dir=str(tmp_path))
