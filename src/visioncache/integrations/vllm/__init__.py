@@ -6,22 +6,24 @@ only parse its configuration, derive its namespace or store its items import wit
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from visioncache.integrations.vllm.connector import (
-        SUPPORTED_VLLM_VERSION,
-        VisionCacheECConnector,
-        VisionCacheECMetadata,
-    )
+    from visioncache.integrations.vllm.connector import VisionCacheECConnector, VisionCacheECMetadata
+    from visioncache.integrations.vllm.versions import SUPPORTED
 
-__all__ = ["SUPPORTED_VLLM_VERSION", "VisionCacheECConnector", "VisionCacheECMetadata"]
+__all__ = ["SUPPORTED", "VisionCacheECConnector", "VisionCacheECMetadata"]
+
+_MODULES = {
+    "SUPPORTED": "visioncache.integrations.vllm.versions",
+    "VisionCacheECConnector": "visioncache.integrations.vllm.connector",
+    "VisionCacheECMetadata": "visioncache.integrations.vllm.connector",
+}
 
 
 def __getattr__(name: str) -> Any:
     # vLLM's factory does getattr(import_module(path), "VisionCacheECConnector"): resolve lazily.
-    if name in __all__:
-        from visioncache.integrations.vllm import connector
-
-        return getattr(connector, name)
+    if name in _MODULES:
+        return getattr(importlib.import_module(_MODULES[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

