@@ -18,6 +18,7 @@ from visioncache import VisionEmbeddingCache  # noqa: E402
 from visioncache.bench.mlx_random_model import build_random_model  # noqa: E402
 from visioncache.bench.workload import question_prompt  # noqa: E402
 from visioncache.integrations.mlx_vlm.adapter import cache_namespace  # noqa: E402
+from visioncache.integrations.mlx_vlm.families import check_family, family_for  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reference_engine_migration.py"
 
@@ -50,6 +51,7 @@ def test_step_2_second_request_with_the_same_image_skips_the_vision_tower(
 ) -> None:
     example = load_example()
     model, processor = build_random_model("qwen2_vl")
+    check_family(family_for(model, processor), model, processor)  # its probe images, before counting
     tower_class = type(model.vision_tower)
     original = tower_class.__call__
     calls: list[int] = []

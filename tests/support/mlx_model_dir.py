@@ -1,10 +1,11 @@
-"""A tiny random-weight Qwen-VL checkpoint saved as a model directory that mlx-vlm (and so
-vllm-mlx's server) loads like a downloaded one.
+"""A tiny random-weight checkpoint of any family visioncache serves on mlx, saved as a model
+directory that mlx-vlm (and so vllm-mlx's server) loads like a downloaded one.
 
 Why: engine tests and benchmarks must start the real server from a path, with no downloads. The
 directory holds ``config.json``, ``model.safetensors`` (mlx layout), the word-level tokenizer with
-Qwen2-VL's real chat template, and ``preprocessor_config.json``; loading it gives the same
-weights as ``build_random_model(family, "tiny", seed=seed)``.
+the family's chat template, and the processor files. For Qwen2-VL and Qwen2.5-VL, loading it gives
+the same weights as ``build_random_model(family, "tiny", seed=seed)``; the other families come from
+`tests.support.mlx_families`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.support.mlx_families import TINY_FAMILIES, save_family_dir
 from visioncache.bench.mlx_random_model import (
     IMAGE_MEAN,
     IMAGE_STD,
@@ -24,7 +26,16 @@ from visioncache.bench.mlx_random_model import (
 from visioncache.bench.vocabulary import build_tokenizer
 from visioncache.integrations.mlx_vlm.imports import import_mlx
 
-__all__ = ["QWEN2_VL_CHAT_TEMPLATE", "build_random_processor", "save_model_dir"]
+__all__ = [
+    "FAMILIES",
+    "QWEN2_VL_CHAT_TEMPLATE",
+    "build_random_processor",
+    "cache_as_repository",
+    "save_model_dir",
+]
+
+# Every family a tiny checkpoint can be built for.
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", *TINY_FAMILIES)
 
 
 def build_random_processor(family: Family = "qwen2_vl") -> Any:
@@ -52,8 +63,14 @@ QWEN2_VL_CHAT_TEMPLATE = (
 )
 
 
-def save_model_dir(directory: str | Path, family: Family = "qwen2_vl", *, seed: int = 0) -> Path:
+def save_model_dir(directory: str | Path, family: str = "qwen2_vl", *, seed: int = 0) -> Path:
     """Write a tiny random-weight ``family`` checkpoint (float32) into ``directory``; return it."""
+    if family in TINY_FAMILIES:
+        return save_family_dir(directory, family, seed=seed)
+    return _save_qwen2_dir(directory, family, seed=seed)  # type: ignore[arg-type]
+
+
+def _save_qwen2_dir(directory: str | Path, family: Family, *, seed: int) -> Path:
     from mlx.utils import tree_flatten
 
     mx = import_mlx()
@@ -87,3 +104,18 @@ def save_model_dir(directory: str | Path, family: Family = "qwen2_vl", *, seed: 
     weights = dict(tree_flatten(model.parameters()))
     mx.save_safetensors(str(path / "model.safetensors"), weights, metadata={"format": "mlx"})
     return path
+
+
+def cache_as_repository(model_dir: str | Path, home: str | Path, repo_id: str) -> str:
+    """Put ``model_dir``'s files into the Hugging Face cache under ``home`` (``~/.cache/huggingface``)
+    as repository ``repo_id``, so a server started with that HOME and ``--offline`` resolves the
+    id as it would a downloaded model; returns ``repo_id``."""
+    import shutil
+
+    repository = Path(home) / ".cache" / "huggingface" / "hub" / f"models--{repo_id.replace('/', '--')}"
+    revision = "0" * 40
+    snapshot = repository / "snapshots" / revision
+    shutil.copytree(model_dir, snapshot, dirs_exist_ok=True)
+    (repository / "refs").mkdir(parents=True, exist_ok=True)
+    (repository / "refs" / "main").write_text(revision)
+    return repo_id

@@ -30,13 +30,15 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from blake3 import blake3
+
+from tests.support.mlx_towers import towers
 
 __all__ = ["ENGINES", "ServerProcess", "free_port", "request_key"]
 
@@ -56,11 +58,22 @@ def request_key(prompt: str, images: Sequence[Any]) -> str:
     return blake3(json.dumps([prompt, [str(image) for image in images or []]]).encode()).hexdigest()[:24]
 
 
+def _count_towers(write: Callable[[dict[str, Any]], None]) -> None:
+    for tower, images in towers():
+        original_call = tower.__call__
+
+        def counted_call(
+            self: Any, *args: Any, _call: Any = original_call, _images: Any = images, **kw: Any
+        ) -> Any:
+            write({"kind": "tower", "images": _images(*args[:2])})
+            return _call(self, *args, **kw)
+
+        tower.__call__ = counted_call
+
+
 def _instrument(record_path: str) -> None:
     """Record tower calls and emitted tokens (with top log-probs) as JSON lines."""
     import mlx.core as mx
-    from mlx_vlm.models.qwen2_5_vl.vision import VisionModel as Qwen25Tower
-    from mlx_vlm.models.qwen2_vl.vision import VisionModel as Qwen2Tower
     from vllm_mlx import mllm_batch_generator as generator_module
 
     lock = threading.Lock()
@@ -70,17 +83,7 @@ def _instrument(record_path: str) -> None:
         with lock:
             record.write(json.dumps(entry) + "\n")
 
-    towers: list[Any] = [Qwen2Tower, Qwen25Tower]
-    for tower in towers:
-        original_call = tower.__call__
-
-        def counted_call(
-            self: Any, pixels: Any, grid_thw: Any, *args: Any, _call: Any = original_call, **kw: Any
-        ) -> Any:
-            write({"kind": "tower", "images": int(grid_thw.shape[0])})
-            return _call(self, pixels, grid_thw, *args, **kw)
-
-        tower.__call__ = counted_call
+    _count_towers(write)
 
     generator = generator_module.MLLMBatchGenerator
     original_insert, original_next = generator.insert, generator.next

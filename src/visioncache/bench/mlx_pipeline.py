@@ -45,9 +45,9 @@ from visioncache.cache import VisionEmbeddingCache
 from visioncache.entries import PixelOnlyCacheEntry
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.mlx_vlm.adapter import cache_namespace, inputs_from_features
-from visioncache.integrations.mlx_vlm.features import encode_pixel_entries, feature_check, run_vision_tower
+from visioncache.integrations.mlx_vlm.families import family_for
+from visioncache.integrations.mlx_vlm.families.qwen import Qwen2VL
 from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
-from visioncache.integrations.mlx_vlm.processing import preprocess_images
 from visioncache.stats import CacheStats
 
 __all__ = ["MlxPipeline", "RequestResult", "build_random_model"]
@@ -80,6 +80,10 @@ class MlxPipeline:
         if mode not in MODES:
             raise ConfigurationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.model, self.processor, self.mode = model, processor, mode
+        family = family_for(model, processor)
+        if not isinstance(family, Qwen2VL):
+            raise ConfigurationError(f"the mlx bench runs Qwen-VL models, got {family.name}")
+        self.family = family
         self.cache = (
             None
             if mode == "off"
@@ -114,7 +118,7 @@ class MlxPipeline:
         self, images: list[Any], prompt: str, cache: VisionEmbeddingCache | None
     ) -> tuple[dict[str, Any], RequestResult]:
         """The off and prompt_keyed paths: mlx-vlm's prepare_inputs, then the tower on every image."""
-        utils = import_mlx_vlm_utils()
+        utils, mx = import_mlx_vlm_utils(), import_mlx()
         result = RequestResult()
         start = time.perf_counter()
         entry = cache.get_pixel_cache(images, prompt) if cache is not None and images else None
@@ -141,9 +145,10 @@ class MlxPipeline:
         encode_start = time.perf_counter()
         result.preprocess_s = encode_start - start
         if images:
-            inputs["cached_image_features"] = run_vision_tower(
-                self.model, inputs["pixel_values"], inputs["image_grid_thw"]
-            )
+            pixels = inputs["pixel_values"].astype(self.family.tower_dtype(self.model))
+            features, _ = self.family.run_tower(self.model, pixels, inputs["image_grid_thw"])
+            mx.eval(features)
+            inputs["cached_image_features"] = features
             result.encode_s = time.perf_counter() - encode_start
             result.images_encoded = len(images)
         return inputs, result
@@ -155,7 +160,7 @@ class MlxPipeline:
 
         def preprocess(missing: list[Any]) -> list[PixelOnlyCacheEntry]:
             start = time.perf_counter()
-            entries = preprocess_images(self.processor, missing)
+            entries = self.family.preprocess(self.processor, missing)
             result.preprocess_s += time.perf_counter() - start
             result.images_preprocessed += len(missing)
             return entries
@@ -163,12 +168,12 @@ class MlxPipeline:
         def encode(missing: list[Any]) -> list[dict[str, Any]]:
             entries = cache.preprocess_images(missing, preprocess)
             start = time.perf_counter()
-            values = encode_pixel_entries(self.model, entries)
+            values = self.family.encode(self.model, entries)
             result.encode_s += time.perf_counter() - start
             result.images_encoded += len(missing)
             return values
 
-        values = cache.encode_images(images, encode, expect=feature_check(self.model))
+        values = cache.encode_images(images, encode, expect=self.family.fits(self.model))
         return inputs_from_features(self.model, self.processor, values, prompt), result
 
     def _prefill(self, inputs: dict[str, Any]) -> np.ndarray:

@@ -27,10 +27,12 @@ from visioncache.integrations.vllm_mlx.launcher import serve
 from visioncache.integrations.vllm_mlx.settings import weights_identity
 
 generator_module = pytest.importorskip("vllm_mlx.mllm_batch_generator")
+scheduler_module = pytest.importorskip("vllm_mlx.mllm_scheduler")
 PATCHED = (
     "__init__",
     "_process_prompts",
     "_preprocess_request",
+    "_run_vision_encoding",
     "_language_model_kwargs",
     "get_vision_cache_stats",
 )
@@ -38,6 +40,7 @@ PATCHED = (
 
 def current_code() -> dict[str, Any]:
     code = {name: inspect.getattr_static(generator_module.MLLMBatchGenerator, name) for name in PATCHED}
+    code["scheduler"] = inspect.getattr_static(scheduler_module.MLLMScheduler, "__init__")
     return {**code, "guard": generator_module.is_text_only_prefix_cache_request}
 
 
@@ -85,8 +88,13 @@ def test_install_patches_the_listed_methods_and_uninstall_restores_them(stock_co
 
 
 def test_launcher_refuses_what_it_cannot_serve_exactly(tmp_path: Path, stock_code: dict[str, Any]) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_vl"}))
-    with pytest.raises(ConfigurationError, match=r"qwen3_vl.*deepstack"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma3"}))
+    with pytest.raises(
+        ConfigurationError, match=r"'gemma3' is refused .*attention_mask= .*every image request"
+    ):
+        serve([str(tmp_path), "--continuous-batching"])
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "florence2"}))
+    with pytest.raises(ConfigurationError, match=r"'florence2' is not supported .*no family description"):
         serve([str(tmp_path), "--continuous-batching"])
     with pytest.raises(ConfigurationError, match="--continuous-batching"):
         serve([str(tmp_path)])
@@ -226,6 +234,7 @@ def test_embedded_generator_matches_stock_with_one_encode_per_image_and_kv_reuse
 
     install(model_path=str(path))
     ours = new_generator(model, processor)
+    tower_calls.clear()  # the family's self-check ran its probe images (once per model)
     results = [generate(ours, prompt, turn) for prompt, turn in zip(prompts, images, strict=True)]
     for (tokens, logprobs), (stock_tokens, stock_logprobs) in zip(results, expected, strict=True):
         assert tokens == stock_tokens

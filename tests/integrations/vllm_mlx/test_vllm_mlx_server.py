@@ -179,11 +179,12 @@ def test_restart_with_a_disk_tier_runs_the_tower_zero_times_for_seen_images(
     runs = []
     for root in ("first", "restarted"):  # a fresh HOME each time: nothing but the tier carries over
         with ServerProcess("visioncache", model_dir, tmp_path / root, *disk) as server:
+            recording = Recording(server)  # from now: the family's self-check at start is not counted
             client = client_for(server.base_url)
             replies = [complete(client, messages) for messages in requests]
-            runs.append((replies, server.records("tower"), engine_stats(server)))
+            runs.append((replies, recording.towers(), engine_stats(server)))
     (first_replies, first_towers, _), (replies, towers, stats) = runs
-    assert sum(entry["images"] for entry in first_towers) == 2
+    assert sum(first_towers) == 2
     assert towers == [] and stats["vision_tower_calls"] == 0 and stats["images_encoded"] == 0
     assert replies == first_replies
 
@@ -217,3 +218,25 @@ def test_another_image_or_position_reuses_only_the_text_before_it(
     assert reused[1] <= image_start
     # After the image: <|vision_end|> describe <|im_end|> <|im_start|> assistant.
     assert reused[2] <= replies[2].prompt_tokens - image_tokens - 5
+
+
+@pytest.mark.parametrize("given_as", ["a local directory", "a repository id"])
+def test_regression_unsupported_family_given_as_a_repository_id_is_refused_at_start(
+    tmp_path: Path, given_as: str
+) -> None:
+    """Regression (#18.7): with a repository id (and --vision-cache-model-id) the family was not
+    checked: the server started, /health answered 200, and every request failed with 500, text-only
+    ones too. A family visioncache does not serve is refused at start, whatever names the model."""
+    from tests.support.mlx_model_dir import cache_as_repository, save_model_dir
+
+    model_dir = save_model_dir(tmp_path / "gemma3-tiny", "gemma3")  # stock vllm-mlx loads it; images fail
+    root = tmp_path / "server"
+    model = str(model_dir)
+    if given_as == "a repository id":
+        model = cache_as_repository(model_dir, root / "home", "tiny-org/gemma3-tiny")
+    server = ServerProcess("visioncache", model, root, "--vision-cache-model-id", "tiny-org/gemma3-tiny@0")
+    with pytest.raises(RuntimeError, match="server exited"):
+        server.start()
+    log = server.log_tail()
+    assert "model type 'gemma3' is refused by visioncache serve-mlx" in log and "attention_mask" in log
+    assert "Uvicorn running" not in log  # it never served: /health never answered

@@ -22,6 +22,7 @@ __all__ = [
     "PATCHED_METHODS",
     "SUPPORTED_VLLM_MLX_VERSION",
     "import_batch_generator_module",
+    "import_scheduler_module",
     "installed_version",
 ]
 
@@ -35,6 +36,8 @@ PATCHED_METHODS = {
     "_process_prompts": ("requests",),
     "_preprocess_request": ("request",),
     "_language_model_kwargs": ("request", "position_start", "position_end"),
+    "_run_vision_encoding": ("request", "cache"),
+    "_release_preprocessed_inputs": ("request",),
     "get_vision_cache_stats": (),
 }
 PATCHED_FUNCTION = "is_text_only_prefix_cache_request"
@@ -49,11 +52,7 @@ def installed_version() -> str | None:
         return None
 
 
-def import_batch_generator_module() -> ModuleType:
-    """``vllm_mlx.mllm_batch_generator`` after checking the version and every seam used.
-
-    Raises ConfigurationError (vllm-mlx missing, another version, or a seam that changed).
-    """
+def _check_version() -> str:
     version = installed_version()
     if version is None:
         raise missing_extra(
@@ -64,12 +63,36 @@ def import_batch_generator_module() -> ModuleType:
             f"visioncache's vllm-mlx integration supports vllm-mlx {SUPPORTED_VLLM_MLX_VERSION} only, "
             f"but {version} is installed; nothing was patched ({INSTALL_HINT})"
         )
+    return version
+
+
+def import_batch_generator_module() -> ModuleType:
+    """``vllm_mlx.mllm_batch_generator`` after checking the version and every seam used.
+
+    Raises ConfigurationError (vllm-mlx missing, another version, or a seam that changed).
+    """
+    version = _check_version()
     module = importlib.import_module("vllm_mlx.mllm_batch_generator")
     problems = _seam_problems(module)
     if problems:
         raise ConfigurationError(
             f"vllm-mlx {version} does not have the code this integration patches "
             f"({'; '.join(problems)}); nothing was patched"
+        )
+    return module
+
+
+def import_scheduler_module() -> ModuleType:
+    """``vllm_mlx.mllm_scheduler`` after checking the version and its seam (the scheduler is built
+    at server start with the loaded model and processor)."""
+    version = _check_version()
+    module = importlib.import_module("vllm_mlx.mllm_scheduler")
+    scheduler = getattr(module, "MLLMScheduler", None)
+    init = inspect.getattr_static(scheduler, "__init__", None) if scheduler is not None else None
+    if init is None or not {"model", "processor"} <= set(inspect.signature(init).parameters):
+        raise ConfigurationError(
+            f"vllm-mlx {version} does not have the code this integration patches "
+            "(MLLMScheduler.__init__(model, processor, ...)); nothing was patched"
         )
     return module
 

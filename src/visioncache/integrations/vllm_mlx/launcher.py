@@ -3,10 +3,12 @@ server, started in this process with the integration installed.
 
 The ``--vision-cache-*`` flags are taken out; everything else is parsed by vllm-mlx's own ``serve``
 parser and run by its own ``serve_command``. Settings the integration cannot serve exactly are
-refused before anything starts: another vllm-mlx version, a model family whose cached features
-are not exact (Qwen3-VL), media SpecPrefill (it reads pixels the cached path does not have), a
-multi-model config, and serving without ``--continuous-batching`` (the simple engine has no
-scheduler step to batch).
+refused before the server answers anything: another vllm-mlx or mlx-vlm version; a model family
+without a family description, or one stock vllm-mlx cannot serve (read from the model's
+``config.json``, a local directory's or a repository's, before loading; and again on the loaded
+model at server start, where the family's self-check runs); media SpecPrefill (it reads pixels
+the cached path does not have); a multi-model config; and serving without
+``--continuous-batching`` (the simple engine has no scheduler step to batch).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from visioncache import ConfigurationError
-from visioncache.integrations.mlx_vlm import SUPPORTED_MODEL_TYPES
+from visioncache.integrations.mlx_vlm import check_mlx_vlm_version
+from visioncache.integrations.mlx_vlm.families import family_for_model_type
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module
 from visioncache.integrations.vllm_mlx.install import install
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings, add_arguments, weights_identity
@@ -38,17 +41,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_model_directory(model: str) -> None:
-    config_path = Path(model) / "config.json"
-    if not config_path.is_file():
-        return  # a repository id: vllm-mlx resolves it; the family is checked when it loads
-    model_type = json.loads(config_path.read_text()).get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+# Families stock vllm-mlx 0.6.0 + mlx-vlm 0.7.10 cannot serve at all (every image request fails).
+STOCK_FAILURES = {
+    "gemma3": "stock vllm-mlx passes attention_mask= and Gemma 3 reads mask: every image request fails",
+    "paligemma": "stock vllm-mlx passes attention_mask= and PaliGemma reads mask: every image request fails",
+    "mistral3": "Mistral 3's __call__ needs mask, which stock vllm-mlx does not pass: "
+    "every image request fails",
+    "llava": "mlx-vlm's LlavaProcessor rejects the padding= transformers 5 passes: every image request fails",
+}
+
+
+def model_config(model: str, *, offline: bool) -> dict[str, object] | None:
+    """The ``config.json`` of a local model directory or of a repository id (from the Hugging Face
+    cache, or the Hub unless ``offline``); None when it cannot be read before loading."""
+    local = Path(model) / "config.json"
+    if local.is_file():
+        config: dict[str, object] = json.loads(local.read_text())
+        return config
+    if Path(model).exists():
+        return None
+    try:
+        from huggingface_hub import hf_hub_download
+
+        config = json.loads(Path(hf_hub_download(model, "config.json", local_files_only=offline)).read_text())
+    except Exception:  # unreachable here: checked on the loaded model at server start instead
+        return None
+    return config
+
+
+def check_model_type(model: str, model_type: object) -> None:
+    """Refuse a model family visioncache cannot serve in vllm-mlx, with the reason."""
+    if isinstance(model_type, str) and model_type in STOCK_FAILURES:
         raise ConfigurationError(
-            f"{model}: model type {model_type!r} is not supported by visioncache's vllm-mlx "
-            f"integration (supported: {', '.join(sorted(SUPPORTED_MODEL_TYPES))}); Qwen3-VL is refused "
-            "because mlx-vlm's cached_image_features drops its deepstack features"
+            f"{model}: model type {model_type!r} is refused by visioncache serve-mlx: "
+            f"{STOCK_FAILURES[model_type]}"
         )
+    try:
+        family_for_model_type(model_type)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{model}: {error}") from None
 
 
 def _check_serve_args(args: argparse.Namespace) -> None:
@@ -62,13 +93,16 @@ def _check_serve_args(args: argparse.Namespace) -> None:
         )
     if getattr(args, "specprefill", False):
         raise ConfigurationError("--specprefill reads pixel values; it cannot run on cached vision features")
-    _check_model_directory(args.model)
+    config = model_config(args.model, offline=getattr(args, "offline", False))
+    if config is not None:
+        check_model_type(args.model, config.get("model_type"))
 
 
 def serve(argv: Sequence[str]) -> int:
     """Parse ``argv`` (MODEL and flags), install the integration, run vllm-mlx's server until it stops."""
     ours, rest = build_parser().parse_known_args(list(argv))
-    import_batch_generator_module()  # the version check, before vllm-mlx's parser is even built
+    import_batch_generator_module()  # the version checks, before vllm-mlx's parser is even built
+    check_mlx_vlm_version()
     from vllm_mlx import cli
 
     args = cli.create_parser().parse_args(["serve", *rest])

@@ -17,12 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from visioncache import VisionEmbeddingCache
-from visioncache.integrations.mlx_vlm import (
-    feature_check,
-    image_feature_encoder,
-    inputs_from_features,
-    placeholder_pixels,
-)
+from visioncache.integrations.mlx_vlm import Model, Processor, image_feature_encoder, inputs_from_features
+from visioncache.integrations.mlx_vlm.families import Exactness, Family, Feed
 from visioncache.integrations.vllm_mlx.images import materialise, resolve_images
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, prefix_key
 from visioncache.integrations.vllm_mlx.stats import EngineStats
@@ -39,10 +35,12 @@ class EngineState:
     builds for them (it builds a new one after a reset)."""
 
     cache: VisionEmbeddingCache
-    model: Any
-    processor: Any
+    model: Model
+    processor: Processor
+    family: Family
     salt: str | None
     kv_reuse: bool
+    exactness: Exactness
     stats: EngineStats = field(default_factory=EngineStats)
 
 
@@ -50,23 +48,20 @@ class EngineState:
 class PreparedRequest:
     """A request whose model inputs were built from cached features."""
 
-    model: Any
+    model: Model
+    family: Family
     prefix_key: PrefixKey | None  # its image-aware KV key (None: KV reuse off)
-    features: Any | None  # all its images' features, in order (released after prefill)
-    grids: Any | None
-    embeddings: Any | None = None  # its input embeddings, built on first use (a prefix hit's tail)
+    hook: dict[str, Any] | None  # its images' features as the family's hook inputs (until prefill ends)
+    fed: Feed | None = None  # its language-model inputs, built on first use
 
-    def input_embeddings(self, input_ids: Any) -> Any:
-        """The prompt's input embeddings with the image features in place (the model's own merge)."""
-        if self.embeddings is None:
-            features = self.model.get_input_embeddings(
-                input_ids,
-                placeholder_pixels(self.model),
-                image_grid_thw=self.grids,
-                cached_image_features=self.features,
-            )
-            self.embeddings = features.inputs_embeds
-        return self.embeddings
+    def feed(self, input_ids: Any) -> Feed:
+        """The prompt's language-model inputs, built from the cached features as the model's own
+        forward builds them (`Family.feed`)."""
+        if self.fed is None:
+            assert self.hook is not None, "the request's features were released after its prefill"
+            ids = input_ids if input_ids.ndim == 2 else input_ids[None, :]
+            self.fed = self.family.feed(self.model, ids, self.hook)
+        return self.fed
 
 
 def wants_features(request: Any) -> bool:
@@ -89,7 +84,7 @@ def _encoder(state: EngineState) -> Any:
 
 def _encode(state: EngineState, image_lists: list[list[Any]]) -> list[list[dict[str, Any]] | Exception]:
     """Features for every request; one ``encode_batch`` unless it fails, then per request."""
-    encoder, expect = _encoder(state), feature_check(state.model)
+    encoder, expect = _encoder(state), state.family.fits(state.model)
     try:
         return list(state.cache.encode_batch(image_lists, encoder, expect=expect))
     except Exception:  # one bad image must not fail the step: retry each request alone
@@ -139,7 +134,7 @@ def _set_inputs(state: EngineState, request: Any, values: list[dict[str, Any]], 
     if digests is not None:
         key = prefix_key(
             inputs["input_ids"].reshape(-1).tolist(),
-            int(state.model.config.image_token_id),
+            state.family.image_token_id(state.model),
             [
                 (digest, int(value["image_features"].shape[0]))
                 for digest, value in zip(digests, values, strict=True)
@@ -147,13 +142,15 @@ def _set_inputs(state: EngineState, request: Any, values: list[dict[str, Any]], 
             namespace=state.cache.namespace,
             salt=state.salt,
         )
-    request.input_ids = inputs["input_ids"]
-    request.attention_mask = inputs["attention_mask"]
-    request.pixel_values = inputs["pixel_values"]
-    request.image_grid_thw = inputs["image_grid_thw"]
-    request.extra_kwargs = {"cached_image_features": inputs["cached_image_features"]}
-    prepared = PreparedRequest(state.model, key, inputs["cached_image_features"], inputs["image_grid_thw"])
-    setattr(request, STATE_ATTRIBUTE, prepared)
+    request.input_ids = inputs.pop("input_ids")
+    request.attention_mask = inputs.pop("attention_mask")
+    request.pixel_values = inputs.pop("pixel_values", None)
+    request.image_grid_thw = inputs.pop("image_grid_thw", None)
+    request.extra_kwargs = dict(inputs)
+    hook = {"pixel_values": request.pixel_values, **inputs}
+    if request.image_grid_thw is not None:
+        hook["image_grid_thw"] = request.image_grid_thw
+    setattr(request, STATE_ATTRIBUTE, PreparedRequest(state.model, state.family, key, hook))
 
 
 def release_step(requests: Sequence[Any]) -> None:
@@ -161,4 +158,4 @@ def release_step(requests: Sequence[Any]) -> None:
     for request in requests:
         prepared = getattr(request, STATE_ATTRIBUTE, None)
         if isinstance(prepared, PreparedRequest):
-            prepared.features = prepared.grids = prepared.embeddings = None
+            prepared.hook = prepared.fed = None

@@ -1,0 +1,132 @@
+"""The replacements `install` puts into vllm-mlx (the list, with what each does, is in `install`).
+
+Each replacement runs vllm-mlx's own method for anything the integration does not prepare, so a
+text-only request, a video or audio request, or a generator built before `install` behaves as in
+stock vllm-mlx.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from visioncache.integrations.vllm_mlx.prefix_cache import select_request
+from visioncache.integrations.vllm_mlx.step import (
+    STATE_ATTRIBUTE,
+    EngineState,
+    PreparedRequest,
+    prepare_step,
+    release_step,
+)
+
+if TYPE_CHECKING:
+    from visioncache.integrations.vllm_mlx.install import Installation
+
+__all__ = ["GENERATOR_METHODS", "GUARD", "SCHEDULER_METHODS", "replacements"]
+
+GENERATOR_METHODS = (
+    "__init__",
+    "_process_prompts",
+    "_preprocess_request",
+    "_run_vision_encoding",
+    "_language_model_kwargs",
+    "get_vision_cache_stats",
+)
+SCHEDULER_METHODS = ("__init__",)
+GUARD = "is_text_only_prefix_cache_request"
+
+
+def _prepared(request: Any) -> PreparedRequest | None:
+    prepared = getattr(request, STATE_ATTRIBUTE, None)
+    return prepared if isinstance(prepared, PreparedRequest) else None
+
+
+def _batch_ids(input_ids: Any) -> Any:
+    return input_ids if input_ids.ndim == 2 else input_ids[None, :]
+
+
+def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The batch generator's replacement methods (and the module guard), and the scheduler's."""
+    originals = installation.originals
+    init, process, preprocess = (
+        originals["__init__"],
+        originals["_process_prompts"],
+        originals["_preprocess_request"],
+    )
+    run_vision_encoding = originals["_run_vision_encoding"]
+    stock_kwargs = originals["_language_model_kwargs"].__func__
+    stock_guard = installation.original_guard
+    scheduler_init = installation.scheduler_originals["__init__"]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        installation.attach(self)
+
+    def _process_prompts(self: Any, requests: list[Any]) -> Any:
+        state: EngineState | None = getattr(self, "_visioncache_state", None)
+        if state is None:  # a generator built before install: vllm-mlx's own path
+            return process(self, requests)
+        step = list(requests)  # vllm-mlx removes failed requests from `requests`
+        chunked = hasattr(self, "_chunked_prefill_budget")  # its prefill path keys by token ids only
+        prepare_step(state, step, kv_reuse=state.kv_reuse and self.prefix_cache is not None and not chunked)
+        try:
+            return process(self, requests)
+        finally:
+            release_step(step)
+
+    def _preprocess_request(self: Any, request: Any) -> None:
+        prepared = getattr(request, STATE_ATTRIBUTE, None)
+        if prepared is None:
+            return preprocess(self, request)  # type: ignore[no-any-return]
+        if isinstance(prepared, Exception):
+            raise prepared
+        request.is_text_only = False
+        return None
+
+    def _run_vision_encoding(self: Any, request: Any, cache: Any = None) -> Any:
+        prepared = _prepared(request)
+        if prepared is None:
+            return run_vision_encoding(self, request, cache)
+        output = prepared.family.forward(
+            self.model, prepared.feed(_batch_ids(request.input_ids)), cache=cache
+        )
+        request.vision_encoded = True
+        self._release_preprocessed_inputs(request)
+        return output.logits if hasattr(output, "logits") else output
+
+    def _language_model_kwargs(
+        request: Any, position_start: int | None = None, position_end: int | None = None
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = stock_kwargs(request, position_start, position_end)
+        prepared = _prepared(request)
+        if prepared is not None and prepared.hook is not None and position_end is not None:
+            feed = prepared.feed(_batch_ids(request.input_ids))
+            kwargs.update(prepared.family.window(feed, position_start or 0, position_end))
+        return kwargs
+
+    def get_vision_cache_stats(self: Any) -> dict[str, Any]:
+        stats = dict(self.vision_cache.get_stats())
+        state = getattr(self, "_visioncache_state", None)
+        if state is not None:
+            stats.update(state.stats.as_dict())
+        return stats
+
+    def is_text_only_prefix_cache_request(request: Any) -> bool:
+        prepared = _prepared(request)
+        key = prepared.prefix_key if prepared is not None else None
+        select_request(key)
+        return True if key is not None else bool(stock_guard(request))
+
+    def scheduler_init_checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        scheduler_init(self, *args, **kwargs)
+        installation.engine(self.model, self.processor)  # refuses the model now, at server start
+
+    generator = {
+        "__init__": __init__,
+        "_process_prompts": _process_prompts,
+        "_preprocess_request": _preprocess_request,
+        "_run_vision_encoding": _run_vision_encoding,
+        "_language_model_kwargs": staticmethod(_language_model_kwargs),
+        "get_vision_cache_stats": get_vision_cache_stats,
+        GUARD: is_text_only_prefix_cache_request,
+    }
+    return generator, {"__init__": scheduler_init_checked}
