@@ -14,11 +14,12 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("av")
 
+from visioncache import compute_image_hash
 from visioncache.bench.video_report import later_turns, mode_rows
 from visioncache.bench.video_runner import TurnResult, VideoModeResult
 from visioncache.bench.video_workload import STRIDE, WINDOW, build_video_workloads
 from visioncache.bench.vocabulary import VIDEO_PLACEHOLDER
-from visioncache.integrations.video.clip import VideoFrames, VideoSettings, frame_digest
+from visioncache.integrations.video.clip import VideoFrames, VideoSettings, rgb_frame
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def test_sliding_windows_overlap_by_all_but_the_stride(workloads: dict[str, Any]
     windows = [r.video for r in workloads["sliding"].requests]
     assert all(isinstance(w, VideoFrames) and len(w.frames) == WINDOW for w in windows)
     for before, after in itertools.pairwise(windows):
-        digests = [[frame_digest(f) for f in w.frames] for w in (before, after)]
+        digests = [[compute_image_hash(rgb_frame(f)) for f in w.frames] for w in (before, after)]
         assert digests[0][STRIDE:] == digests[1][: WINDOW - STRIDE]
         assert not set(digests[1][WINDOW - STRIDE :]) & set(digests[0])  # the new frames are new
         assert list(after.frame_indices) == [i + STRIDE for i in before.frame_indices]

@@ -68,6 +68,40 @@ def test_collision_array_dtype():
     assert compute_image_hash(pixels.view(np.uint16)) != compute_image_hash(pixels.view(np.int16))
 
 
+VOID_DTYPES_OF_8_BYTES = {
+    "struct i4,f4": np.dtype([("a", "<i4"), ("b", "<f4")]),
+    "struct f4,i4": np.dtype([("a", "<f4"), ("b", "<i4")]),
+    "struct names swapped": np.dtype([("b", "<i4"), ("a", "<f4")]),
+    "struct f8": np.dtype([("x", "<f8")]),
+    "struct big-endian i4,f4": np.dtype([("a", ">i4"), ("b", ">f4")]),
+    "struct padded u1 at 4": np.dtype({"names": ["a"], "formats": ["u1"], "offsets": [4], "itemsize": 8}),
+    "struct of a sub-array": np.dtype([("a", "<i4", (2,))]),
+    "plain void": np.dtype("V8"),
+}
+
+
+def test_regression_structured_and_void_dtypes_of_one_itemsize_share_a_digest():
+    """#18.6: the digest framed ``dtype.str``, which is ``'|V8'`` for every structured, sub-array
+    and void dtype of 8 bytes: the same bytes as any of them had one digest."""
+    assert {dtype.str for dtype in VOID_DTYPES_OF_8_BYTES.values()} == {"|V8"}
+    raw = np.arange(32, dtype=np.uint8)
+    digests = {name: compute_image_hash(raw.view(dtype)) for name, dtype in VOID_DTYPES_OF_8_BYTES.items()}
+    assert len(set(digests.values())) == len(digests), digests
+
+
+def test_plain_dtype_digests_are_unchanged_by_the_full_dtype_framing():
+    """Numeric dtypes keep the digest they had (``dtype.str`` framed, then the shape): entries
+    already stored under them stay valid."""
+    from blake3 import blake3
+
+    from visioncache.identity.framing import domain_key, frame
+
+    pixels = np.arange(24, dtype="<u2").reshape(2, 3, 4)
+    header = frame(b"<u2") + np.array([3, 2, 3, 4], "<u8").tobytes()
+    expected = blake3(header + pixels.tobytes(), key=domain_key("visioncache/image/ndarray/v1")).hexdigest()
+    assert compute_image_hash(pixels) == expected
+
+
 def test_array_layout_does_not_change_digest():
     pixels = np.arange(24, dtype=np.uint8).reshape(4, 6)
     assert compute_image_hash(np.asfortranarray(pixels)) == compute_image_hash(pixels.copy())

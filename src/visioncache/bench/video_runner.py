@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, ProcessorMixin
 
-from visioncache import VisionEmbeddingCache
+from visioncache import ContentId, VisionEmbeddingCache, compute_image_hash
 from visioncache.bench.video_workload import VideoWorkload
+from visioncache.integrations.fingerprint import fingerprint
 from visioncache.integrations.transformers import CachedVisionModel, model_namespace
 from visioncache.integrations.transformers.video import VideoOutput, video_output
 from visioncache.integrations.transformers.video_pixels import clip_pixels
@@ -27,9 +28,6 @@ from visioncache.integrations.video.clip import (
     VideoFrames,
     VideoInput,
     VideoSettings,
-    digest_item,
-    file_digest,
-    frame_digest,
     rgb_frame,
     sample_file,
 )
@@ -124,19 +122,20 @@ class _Modes:
                 encoded.append(len(output.patches))
                 return [vars(output)]  # an array tree the cache can size and store
 
-            value = cache.encode_images([self._clip_key(video)], encode)[0]
+            value = cache.encode_images([self._clip_id(video)], encode)[0]
             return VideoOutput(**value), sum(encoded)
 
         return whole_clip
 
-    def _clip_key(self, video: VideoInput) -> Any:
-        """One key for the whole clip: the file's bytes, or all its frames' pixels in order."""
+    def _clip_id(self, video: VideoInput) -> ContentId:
+        """One identity for the whole clip, from content digests: the file's bytes, or all its
+        frames' pixels in order, under these settings."""
         if isinstance(video, bytes):
-            parts = [b"file", file_digest(video)]
+            parts = ["file", compute_image_hash(video)]
         else:
             assert isinstance(video, VideoFrames)
-            parts = [b"frames", *(frame_digest(rgb_frame(frame)) for frame in video.frames)]
-        return digest_item("visioncache/bench/whole-clip/v1", [repr(self.settings), *parts])
+            parts = ["frames", *(compute_image_hash(rgb_frame(frame)) for frame in video.frames)]
+        return ContentId("bench whole clip " + fingerprint([repr(self.settings), *parts]))
 
     def logits(self, prompt: str, output: VideoOutput) -> torch.Tensor:
         inputs = self.inputs.model_inputs([prompt], [[]], [[output]])

@@ -15,6 +15,7 @@ from visioncache.identity.keys import (
     KeyBuilder,
     is_image_sequence,
 )
+from visioncache.identity.video import VideoFile, VideoFrame, VideoItem, VideoPatch
 
 __all__ = [
     "ACCEPTED_INPUTS",
@@ -28,6 +29,10 @@ __all__ = [
     "ImageHasher",
     "ImageKeys",
     "KeyBuilder",
+    "VideoFile",
+    "VideoFrame",
+    "VideoItem",
+    "VideoPatch",
     "compute_image_hash",
     "compute_images_hash",
     "domain_key",

@@ -4,24 +4,23 @@ Content is content: an existing regular file, a bytes-like object, a ``data:`` U
 strict base64 whose bytes start a known image, video or audio container, is identified by its
 bytes, whatever their format, and the same bytes get one digest in every form; a `ContentDigest`
 is such a digest, kept. Decoded pixels (a PIL image, a numpy array) hash with their mode or dtype
-and shape; a `ContentId` is the caller's own identifier. Each of these kinds hashes in blake3's
-keyed mode under its own key, and variable-length fields are framed, so no two kinds, shapes,
-dtypes or modes share bytes-to-hash (docs/design.md, principle 1). A string that is none of these
-is refused: a mistyped file name must fail loudly, never be hashed as if it were content. So is an
-http(s) URL: it names content without containing it, and what it serves can change, so no key may
-trust it (fetch it and pass the bytes).
+and shape; a `ContentId` is the caller's own identifier; a video's file index, frames and temporal
+patches are `visioncache.identity.video` items over these digests. Each of these kinds hashes in
+blake3's keyed mode under its own key, and variable-length fields are framed, so no two kinds,
+shapes, dtypes or modes share bytes-to-hash (docs/design.md, principle 1). A string that is none of
+these is refused: a mistyped file name must fail loudly, never be hashed as if it were content. So
+is an http(s) URL: it names content without containing it, and what it serves can change, so no
+key may trust it (fetch it and pass the bytes).
 
-Work is bounded: sizes are checked before reading or decoding, files are opened without blocking
-and read to at most ``max_image_bytes + 1`` bytes, and only regular files are read.
+Work is bounded: sizes are checked before reading or decoding, and a file (an image or a video
+alike) is read only if it is a regular file, without blocking, streamed in chunks, and to at most
+``max_image_bytes + 1`` bytes (`visioncache.identity.files`).
 """
 
 from __future__ import annotations
 
 import os
-import stat
-import struct
 import sys
-from typing import Any
 from urllib.parse import unquote_to_bytes
 
 import numpy as np
@@ -34,12 +33,15 @@ from visioncache.errors import (
     UnsupportedImageTypeError,
     describe_input,
 )
+from visioncache.identity.arrays import array_digest
 from visioncache.identity.base64_view import ascii_tail
 from visioncache.identity.content_id import ContentDigest, ContentId
+from visioncache.identity.files import hash_file, require_regular_file, stat_or_reason
 from visioncache.identity.framing import DIGEST_SIZE, domain_key, frame
 from visioncache.identity.path_memo import PathDigestMemo
 from visioncache.identity.pil import pil_digest
 from visioncache.identity.sniff import SNIFF_BYTES, media_kind
+from visioncache.identity.video import VideoFile, VideoFrame, VideoPatch, video_item_digest
 
 __all__ = ["ACCEPTED_INPUTS", "DEFAULT_MAX_IMAGE_BYTES", "DIGEST_SIZE", "ImageHasher", "frame"]
 
@@ -48,24 +50,20 @@ ACCEPTED_INPUTS = (
     "a path (str or os.PathLike) of an existing regular file, a data: URL, a str of strict base64 "
     "of an image, video or audio file, bytes, bytearray, a contiguous memoryview, a PIL image, "
     "a numpy array, visioncache.ContentDigest(digest) for a digest image_digests returned, "
-    "or visioncache.ContentId('...') for an identifier you already have"
+    "visioncache.ContentId('...') for an identifier you already have, or a visioncache.identity "
+    "VideoFile, VideoFrame or VideoPatch"
 )
 
 # Keyed mode, one key per input kind: domain separation without a data prefix, so content stays
 # aligned to blake3's 1 KiB chunks and hashes at full SIMD speed. The content key keeps its v1 name
 # so digests of content stored before media other than images were accepted stay valid.
 _CONTENT = domain_key("visioncache/image/encoded-bytes/v1")
-_ARRAY = domain_key("visioncache/image/ndarray/v1")
 _CONTENT_ID = domain_key("visioncache/content-id/v1")
 _SNIFF_CHARS = (SNIFF_BYTES + 2) // 3 * 4  # base64 characters holding the first SNIFF_BYTES bytes
 _MAX_DATA_URL_HEADER = 256
 # The kernel refuses longer names (ENAMETOOLONG), so a longer string cannot name a file and is
 # not stat'ed: a 1 MB base64 string would otherwise be copied to a file-system name first.
 _MAX_PATH_CHARS = 4096 if os.name == "posix" else 32767
-_OPEN_FLAGS = (
-    os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-)
-_READ_CHUNK = 1 << 20
 
 
 class ImageHasher:
@@ -94,9 +92,11 @@ class ImageHasher:
             path = os.fsdecode(image)
             return self._digest_file(path, self._stat(path, image), image)
         if isinstance(image, np.ndarray):
-            return self._digest_array(image)
+            return array_digest(image, self._check_size)
         if _is_pil_image(image):
             return pil_digest(image, self._check_size)
+        if isinstance(image, VideoFile | VideoFrame | VideoPatch):
+            return video_item_digest(image)
         raise UnsupportedImageTypeError(
             f"unsupported input: {describe_input(image)}; expected {ACCEPTED_INPUTS}"
         )
@@ -139,7 +139,7 @@ class ImageHasher:
                 "and what it serves can change, so visioncache never keys by it. Fetch it and pass "
                 "the bytes, or pass ContentId(url) if you guarantee what it serves never changes"
             )
-        found = _stat(text) if len(text) < _MAX_PATH_CHARS else "too long for a file name"
+        found = stat_or_reason(text) if len(text) < _MAX_PATH_CHARS else "too long for a file name"
         if type(found) is os.stat_result:
             return self._digest_file(text, found, text)
         return self._digest_raw_base64(text, str(found))
@@ -187,91 +187,19 @@ class ImageHasher:
 
     # ---- files ---------------------------------------------------------------------------------
     def _stat(self, path: str, original: object) -> os.stat_result:
-        found = _stat(path)
+        found = stat_or_reason(path)
         if type(found) is not os.stat_result:
             raise InvalidImageError(f"not an existing file: {describe_input(original)} ({found})")
         return found
 
     def _digest_file(self, path: str, status: os.stat_result, original: object) -> bytes:
-        _require_regular_file(status, original)
+        require_regular_file(status, original)
         memoised = self.path_memo.lookup(path, status)
         if memoised is not None:
             return memoised
-        self._check_size(status.st_size, original)
-        data, status = self._read_file(path, original)
-        digest = self._digest_content(data, original)
+        digest, status = hash_file(path, _CONTENT, self.max_image_bytes, self._check_size, original)
         self.path_memo.remember(path, status, digest)
         return digest
-
-    def _read_file(self, path: str, original: object) -> tuple[bytes, os.stat_result]:
-        """The file's bytes and the status they were read under; never blocks on open (O_NONBLOCK:
-        a file replaced by a FIFO since its stat is refused by fstat, not waited on)."""
-        try:
-            descriptor = os.open(path, _OPEN_FLAGS)
-        except OSError as error:
-            raise InvalidImageError(f"cannot open {describe_input(original)}: {error.strerror}") from None
-        try:
-            status = os.fstat(descriptor)
-            _require_regular_file(status, original)
-            self._check_size(status.st_size, original)
-            limit = self.max_image_bytes
-            data = _read_at_most(descriptor, min(status.st_size, limit) + 1, limit)
-        except OSError as error:
-            raise InvalidImageError(f"cannot read {describe_input(original)}: {error.strerror}") from None
-        finally:
-            os.close(descriptor)
-        self._check_size(len(data), original)  # it grew since fstat (or is a /proc file)
-        return data, status
-
-    # ---- decoded pixels ------------------------------------------------------------------------
-    def _digest_array(self, array: np.ndarray[Any, Any]) -> bytes:
-        if array.dtype.hasobject or array.size == 0:
-            raise InvalidImageError(
-                f"array image must be non-empty and numeric, got {array.dtype} {array.shape}"
-            )
-        self._check_size(array.nbytes, array)
-        header = frame(array.dtype.str.encode()) + struct.pack(f"<Q{array.ndim}Q", array.ndim, *array.shape)
-        hasher = blake3(header, key=_ARRAY)
-        hasher.update(np.ascontiguousarray(array).view(np.uint8).reshape(-1).data)
-        digest: bytes = hasher.digest()
-        return digest
-
-
-def _stat(path: str) -> os.stat_result | str:
-    """The file's status, or why there is none (the exception's name)."""
-    try:
-        return os.stat(path)
-    except (OSError, ValueError) as error:  # ValueError: an embedded NUL character
-        return type(error).__name__
-
-
-def _read_at_most(descriptor: int, first: int, limit: int) -> bytes:
-    """Read to end of file, but never more than ``limit + 1`` bytes in all."""
-    chunks = [os.read(descriptor, first)]
-    total = len(chunks[0])
-    while total <= limit:
-        chunk = os.read(descriptor, min(limit + 1 - total, _READ_CHUNK))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _require_regular_file(status: os.stat_result, original: object) -> None:
-    """Only regular files are read: a device (``/dev/zero``) never ends, a FIFO blocks its reader."""
-    mode = status.st_mode
-    if stat.S_ISREG(mode):
-        return
-    kinds = (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    kind = next((name for test, name in kinds if test(mode)), "of another kind")
-    raise InvalidImageError(f"not a regular file ({kind}): {describe_input(original)}")
 
 
 def _is_pil_image(value: object) -> bool:

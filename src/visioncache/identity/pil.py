@@ -9,6 +9,14 @@ What the digest covers, mode by mode (each has a collision test in tests/test_id
 - for ``P`` and ``PA``: the palette's mode (``RGB`` or ``RGBA``) and its full raw entries, alpha
   included (``getpalette()`` alone drops the alpha: two images differing only there collided);
 - ``info["transparency"]``, which changes what ``convert("RGBA")`` produces;
+- the EXIF orientation (2 to 8; ``ImageOps.exif_transpose`` reads it, and transformers'
+  ``load_image``, mlx-vlm and `visioncache.integrations.transformers.images` transpose by it before
+  encoding): an oriented image hashes under its own domain with the orientation, so it never shares
+  a key with the same pixels upright (issue #18.6). Orientation 1, none, or a value the transpose
+  ignores leaves the digest as it was. So two images share a key only if every loader encodes
+  them alike; an oriented image and its transposed copy encode alike through ``exif_transpose``
+  but get different keys (a loader that ignores EXIF encodes them differently): a miss, never a
+  wrong hit. docs/inputs.md states this for every input form;
 - for a multi-frame image (animated GIF, WebP or PNG, multi-page TIFF): the frame count, the frame
   it is positioned at (what ``np.asarray`` and image processors read) and every frame, each with
   its own mode, size, palette and transparency. Hashing seeks through the frames and back (under
@@ -31,6 +39,9 @@ from visioncache.identity.framing import domain_key, frame
 __all__ = ["pil_digest", "pil_pixel_bytes"]
 
 _PIL = domain_key("visioncache/image/pil/v2")
+_PIL_ORIENTED = domain_key("visioncache/image/pil-oriented/v1")  # EXIF orientation 2-8, hashed first
+_ORIENTATION_TAG = 0x0112
+_TRANSPOSING = range(2, 9)  # the orientations `ImageOps.exif_transpose` acts on
 _SEEKING = forking.lock()  # only multi-frame images take it; a fork waits until it is free
 
 
@@ -55,24 +66,10 @@ def pil_digest(image: Any, check_size: Callable[[int, object], None]) -> bytes:
         raise InvalidImageError(f"empty PIL image of size {image.size}")
     try:
         frames = getattr(image, "n_frames", 1)
-        hasher = blake3(struct.pack("<Q", frames), key=_PIL)
         if frames == 1:
-            check_size(pil_pixel_bytes(image.mode, width, height), image)
-            _hash_frame(image, hasher)
-            return bytes(hasher.digest())
+            return _digest(image, 1, check_size)
         with _SEEKING:  # two threads seeking one image would hash, and leave it at, the wrong frame
-            current = image.tell()
-            hasher.update(struct.pack("<Q", current))
-            total = 0
-            try:
-                for index in range(frames):
-                    image.seek(index)
-                    total += pil_pixel_bytes(image.mode, *image.size)  # frames may change mode
-                    check_size(total, image)
-                    _hash_frame(image, hasher)
-            finally:
-                image.seek(current)
-        return bytes(hasher.digest())
+            return _digest(image, frames, check_size)
     except VisionCacheError:
         raise
     except Exception as error:  # Pillow's decoders raise OSError, SyntaxError, struct.error, ...
@@ -80,6 +77,40 @@ def pil_digest(image: Any, check_size: Callable[[int, object], None]) -> bytes:
             f"cannot read the pixels of PIL image {describe_input(image)} "
             f"({type(error).__name__}: {error}); a lazily opened image's file may be truncated or closed"
         ) from error
+
+
+def _digest(image: Any, frames: int, check_size: Callable[[int, object], None]) -> bytes:
+    """The digest of ``image`` with ``frames`` frames (multi-frame: under `_SEEKING`)."""
+    check_size(pil_pixel_bytes(image.mode, *image.size), image)
+    image.load()  # before reading the orientation, as exif_transpose does (a PNG's eXIf chunk)
+    hasher = _hasher(frames, _orientation(image))
+    if frames == 1:
+        _hash_frame(image, hasher)
+        return bytes(hasher.digest())
+    current = image.tell()
+    hasher.update(struct.pack("<Q", current))
+    total = 0
+    try:
+        for index in range(frames):
+            image.seek(index)
+            total += pil_pixel_bytes(image.mode, *image.size)  # frames may change mode
+            check_size(total, image)
+            _hash_frame(image, hasher)
+    finally:
+        image.seek(current)
+    return bytes(hasher.digest())
+
+
+def _orientation(image: Any) -> int:
+    """The EXIF orientation ``exif_transpose`` would apply (XMP's included), 1 if none."""
+    value = image.getexif().get(_ORIENTATION_TAG, 1)
+    return int(value) if value in _TRANSPOSING else 1
+
+
+def _hasher(frames: int, orientation: int) -> Any:
+    if orientation == 1:  # the digest images without a transposing orientation always had
+        return blake3(struct.pack("<Q", frames), key=_PIL)
+    return blake3(struct.pack("<QQ", orientation, frames), key=_PIL_ORIENTED)
 
 
 def _hash_frame(image: Any, hasher: Any) -> None:

@@ -3,7 +3,9 @@
 Why: visioncache accepts paths, ``data:`` URLs, http(s) URLs, bytes, PIL images and arrays, but an
 image processor is called only on cache misses, with whatever inputs missed. transformers'
 ``load_image`` covers strings and PIL images (EXIF orientation applied, converted to RGB, as the
-processor's own path does); this module brings the other kinds to one of those first.
+processor's own path does); this module brings the other kinds to one of those first. Because
+the orientation is applied here, a PIL image's EXIF orientation is part of its cache identity
+(`visioncache.identity.pil`; docs/inputs.md, "Identity and EXIF orientation").
 """
 
 from __future__ import annotations

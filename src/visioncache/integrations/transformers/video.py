@@ -26,6 +26,7 @@ from transformers import PreTrainedModel, ProcessorMixin
 
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError
+from visioncache.identity import VideoPatch
 from visioncache.integrations.transformers.model import DEEPSTACK_FAMILIES, StageTimes
 from visioncache.integrations.transformers.video_pixels import patch_pixels, preprocess_frames
 from visioncache.integrations.video import (
@@ -144,20 +145,18 @@ class VideoEncoder:
     def outputs(self, videos_per_request: Sequence[Sequence[VideoInput]]) -> list[list[VideoOutput]]:
         """Per request, each video's output; all missing patches are encoded in one call."""
         clips = self.clips.resolve([video for videos in videos_per_request for video in videos])
-        patch_sources: dict[bytes, tuple[Clip, int]] = {}
+        patch_sources: dict[VideoPatch, tuple[Clip, int]] = {}
         items_per_clip = []
         for clip in clips:
             items = [
                 self.clips.patch_item(clip, first)
                 for first in range(0, len(clip.frame_digests), self.temporal)
             ]
-            patch_sources.update(
-                (item.tobytes(), (clip, index * self.temporal)) for index, item in enumerate(items)
-            )
+            patch_sources.update((item, (clip, index * self.temporal)) for index, item in enumerate(items))
             items_per_clip.append(items)
 
         def encode(missing: list[Any]) -> list[dict[str, Any]]:
-            return self._encode([patch_sources[item.tobytes()] for item in missing])
+            return self._encode([patch_sources[item] for item in missing])
 
         values = self.cache.encode_batch(items_per_clip, encode)
         outputs = [self._output(clip, patches) for clip, patches in zip(clips, values, strict=True)]
@@ -173,11 +172,11 @@ class VideoEncoder:
     def _frame_pixels(self, frames: list[tuple[Clip, int]]) -> list[PixelOnlyCacheEntry]:
         """Per frame, its resized and normalised rows, through the pixel-only level."""
         items = [self.clips.frame_item(clip.frame_digests[position]) for clip, position in frames]
-        sources = {item.tobytes(): frame for item, frame in zip(items, frames, strict=True)}
+        sources = dict(zip(items, frames, strict=True))
 
         def preprocess(missing: list[Any]) -> list[PixelOnlyCacheEntry]:
             start = time.perf_counter()
-            arrays = [clip.frames()[at] for clip, at in (sources[item.tobytes()] for item in missing)]
+            arrays = [clip.frames()[at] for clip, at in (sources[item] for item in missing)]
             rows = preprocess_frames(self.processor.image_processor, arrays, self.settings, self.temporal)
             elapsed = time.perf_counter() - start
             self.times.add(preprocess=elapsed, frames_preprocessed=len(missing))

@@ -1,17 +1,18 @@
-"""Video identity: per-frame and per-temporal-patch digests, and a file's frame digests by one lookup.
+"""Video clips: a file's sampled frames by one lookup, and the items that name frames and patches.
 
-Why: a video's vision-encoder output is reused per temporal patch (see ``hf_video``), so a patch
-needs a key that names exactly what the encoder sees. A frame is named by the digest of its
-decoded RGB pixels (dtype, shape and bytes); a patch by the digests of its frames in order, plus
-``VideoSettings`` and the model's temporal patch size, which together decide how those frames are
-resized, normalised and grouped. (The resized frame is a function of the decoded frame and those
-settings, so this names the resized patch as exactly as a digest of it would, and a hit costs
-no resize.) A video file is named by the digest of its bytes; the frame digests of its sampled
-frames are cached under that name in the pixel-only level, so a file sent again costs one hash
-and one lookup, not a decode, until a patch is missing and its frames are needed.
-
-Keys are 32-byte digests, each computed under its own domain string, handed to the cache as a
-1-D uint8 array (a shape no image has), so they never meet an image's key.
+Why: a video's vision-encoder output is reused per temporal patch (see
+`visioncache.integrations.transformers.video`), so a patch needs a key that names exactly what the
+encoder sees. Identity is the cache's own hasher, as for images (`visioncache.identity.video`): a
+frame is named by the digest of its decoded RGB pixels (an array: dtype, shape and bytes); a patch
+(`VideoPatch`) by the digests of its frames in order, plus ``VideoSettings`` and the model's
+temporal patch size, which together decide how those frames are resized, normalised and grouped.
+(The resized frame is a function of the decoded frame and those settings, so this names the
+resized patch as exactly as a digest of it would, and a hit costs no resize.) A video file is
+content: its digest is the hasher's digest of the file (a regular file only, within
+``max_image_bytes``, memoised by file state) or of its bytes; the frame digests of its sampled
+frames are cached under `VideoFile` in the pixel-only level, so a file sent again costs one hash
+(none for an unchanged path) and one lookup, not a decode, until a patch is missing and its
+frames are needed.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from blake3 import blake3
 from PIL import Image
 
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
@@ -33,6 +34,7 @@ from visioncache.errors import (
     UnsupportedImageTypeError,
     describe_input,
 )
+from visioncache.identity import VideoFile, VideoFrame, VideoPatch
 from visioncache.integrations.fingerprint import fingerprint, stable_json
 from visioncache.integrations.video.decode import (
     DEFAULT_FPS,
@@ -50,9 +52,6 @@ __all__ = [
     "VideoFrames",
     "VideoInput",
     "VideoSettings",
-    "digest_item",
-    "file_digest",
-    "frame_digest",
     "patch_frames",
     "rgb_frame",
     "sample_file",
@@ -91,19 +90,6 @@ class VideoSettings:
     def __post_init__(self) -> None:
         if not self.fps > 0 or self.min_frames < 1 or self.max_frames < self.min_frames:
             raise ConfigurationError(f"invalid video settings: {self}")
-
-
-def digest_item(domain: str, parts: Sequence[str | bytes]) -> np.ndarray:
-    """A key for the cache: the digest of ``parts`` under ``domain``, as a 1-D uint8 array."""
-    return np.frombuffer(bytes.fromhex(fingerprint([domain, *parts])), dtype=np.uint8)
-
-
-def frame_digest(frame: np.ndarray) -> bytes:
-    """The content digest of one decoded RGB frame (dtype, shape and pixel bytes)."""
-    header = stable_json([frame.dtype.str, list(frame.shape)]).encode()
-    hasher = blake3(header)
-    hasher.update(np.ascontiguousarray(frame).data)
-    return bytes(hasher.digest())
 
 
 def rgb_frame(frame: object) -> np.ndarray:
@@ -174,51 +160,58 @@ class ClipResolver:
         self.cache = cache
         self.settings = settings
         self.temporal_patch_size = temporal_patch_size
-        # Names the settings in every key, so other settings never share an entry.
-        self.settings_digest = fingerprint(
-            ["visioncache/video/settings/v1", stable_json(asdict(settings)), str(temporal_patch_size)]
+        # Names the settings in every item, so other settings never share an entry.
+        self.settings_digest = bytes.fromhex(
+            fingerprint(
+                ["visioncache/video/settings/v1", stable_json(asdict(settings)), str(temporal_patch_size)]
+            )
         )
         self.decoded_files = 0  # files decoded to find their frames (not counting later pixel loads)
 
-    def patch_item(self, clip: Clip, first: int) -> np.ndarray:
-        """The key of the temporal patch starting at frame ``first``."""
+    def patch_item(self, clip: Clip, first: int) -> VideoPatch:
+        """The item naming the temporal patch starting at frame ``first``."""
         positions = patch_frames(len(clip.frame_digests), first, self.temporal_patch_size)
-        frames = [clip.frame_digests[at] for at in positions]
-        return digest_item("visioncache/video/patch/v1", [self.settings_digest, *frames])
+        return VideoPatch(tuple(clip.frame_digests[at] for at in positions), self.settings_digest)
 
-    def frame_item(self, digest: bytes) -> np.ndarray:
-        """The pixel-only level's key of one frame's resized, normalised pixels."""
-        return digest_item("visioncache/video/frame/v1", [self.settings_digest, digest])
+    def frame_item(self, digest: bytes) -> VideoFrame:
+        """The pixel-only level's item for one frame's resized, normalised pixels."""
+        return VideoFrame(digest, self.settings_digest)
+
+    def frame_digests(self, frames: Sequence[np.ndarray]) -> list[bytes]:
+        """Each decoded frame's digest: the cache's own digest of an array."""
+        return self.cache.image_digests(list(frames))
 
     def resolve(self, videos: Sequence[VideoInput]) -> list[Clip]:
         """A ``Clip`` per video; bad input raises a typed error before the cache is touched."""
         sources = [_classify(video) for video in videos]
         files = [(at, source) for at, source in enumerate(sources) if not isinstance(source, VideoFrames)]
-        items = [
-            digest_item("visioncache/video/file/v1", [self.settings_digest, file_digest(source)])
-            for _, source in files
-        ]
-        by_item = {item.tobytes(): source for item, (_, source) in zip(items, files, strict=True)}
-        decoded: dict[bytes, list[np.ndarray]] = {}
+        # A path is handed over as a path (not a str the hasher might read as a URL): a regular
+        # file only, read within max_image_bytes, memoised by its state.
+        contents = self.cache.image_digests(
+            [source if isinstance(source, bytes) else Path(source) for _, source in files]
+        )
+        items = [VideoFile(content, self.settings_digest) for content in contents]
+        by_item = {item: source for item, (_, source) in zip(items, files, strict=True)}
+        decoded: dict[VideoFile, list[np.ndarray]] = {}
 
         def index_files(missing: list[Any]) -> list[PixelOnlyCacheEntry]:
-            return [self._index_file(by_item[item.tobytes()], decoded, item.tobytes()) for item in missing]
+            return [self._index_file(by_item[item], decoded, item) for item in missing]
 
         entries = self.cache.preprocess_images(items, index_files) if items else []
-        clips = [_frames_clip(source) if isinstance(source, VideoFrames) else None for source in sources]
+        clips = [self._frames_clip(source) if isinstance(source, VideoFrames) else None for source in sources]
         for (at, source), item, entry in zip(files, items, entries, strict=True):
-            clips[at] = self._file_clip(source, entry, decoded.get(item.tobytes()))
+            clips[at] = self._file_clip(source, entry, decoded.get(item))
         return [clip for clip in clips if clip is not None]
 
     def _index_file(
-        self, source: VideoSource, decoded: dict[bytes, list[np.ndarray]], item: bytes
+        self, source: VideoSource, decoded: dict[VideoFile, list[np.ndarray]], item: VideoFile
     ) -> PixelOnlyCacheEntry:
         """Decode a file the cache does not know: its sampled frames' digests and sampling facts."""
         frames, indices, stream = sample_file(source, self.settings, self.temporal_patch_size)
         decoded[item] = frames
         self.decoded_files += 1
         index = {
-            "frame_digests": np.frombuffer(b"".join(map(frame_digest, frames)), np.uint8).reshape(-1, 32),
+            "frame_digests": np.frombuffer(b"".join(self.frame_digests(frames)), np.uint8).reshape(-1, 32),
             "frame_indices": np.asarray(indices, np.int64),
             "fps": stream.fps,
             "total_frames": stream.total_frames,
@@ -236,6 +229,12 @@ class ClipResolver:
             return decode_frames(source, indices)
 
         return Clip(digests, indices, float(index["fps"]), int(index["total_frames"]), load, frames)
+
+    def _frames_clip(self, video: VideoFrames) -> Clip:
+        """A clip of frames already converted by ``_classify`` (RGB arrays, indices set)."""
+        frames = [rgb_frame(frame) for frame in video.frames]  # no copy: already RGB arrays
+        indices = list(video.frame_indices or range(len(frames)))
+        return Clip(self.frame_digests(frames), indices, video.fps, None, lambda: frames, frames)
 
 
 def _classify(video: object) -> VideoFrames | VideoSource:
@@ -262,23 +261,3 @@ def _classify(video: object) -> VideoFrames | VideoSource:
     if len(indices) != len(frames):
         raise InvalidImageError(f"{len(indices)} frame_indices for {len(frames)} frames")
     return VideoFrames(frames, video.fps, indices)
-
-
-def _frames_clip(video: VideoFrames) -> Clip:
-    """A clip of frames already converted by ``_classify`` (RGB arrays, indices set)."""
-    frames = [rgb_frame(frame) for frame in video.frames]  # no copy: already RGB arrays
-    indices = list(video.frame_indices or range(len(frames)))
-    return Clip([frame_digest(frame) for frame in frames], indices, video.fps, None, lambda: frames, frames)
-
-
-def file_digest(source: VideoSource) -> bytes:
-    """The digest of a video file's bytes (a path is hashed through mmap, not read into memory)."""
-    hasher = blake3()
-    try:
-        if isinstance(source, bytes):
-            hasher.update(source)
-        else:
-            hasher.update_mmap(source)
-    except (OSError, ValueError) as error:
-        raise InvalidImageError(f"cannot read the video file {describe_input(source)}: {error}") from None
-    return bytes(hasher.digest())
