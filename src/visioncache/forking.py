@@ -122,23 +122,18 @@ def _before() -> None:
         held.acquire()
 
 
-def _after_in_parent() -> None:
+def _after(in_child: bool) -> None:
     for held in reversed(_HELD):
         held.release()
     _HELD.clear()
     for item in reversed(_PREPARED):
-        item.after_fork_in_parent()
-    _PREPARED.clear()
-
-
-def _after_in_child() -> None:
-    for held in reversed(_HELD):
-        held.release()
-    _HELD.clear()
-    for item in reversed(_PREPARED):
-        item.after_fork_in_child()
+        (item.after_fork_in_child if in_child else item.after_fork_in_parent)()
     _PREPARED.clear()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child)
+    os.register_at_fork(
+        before=_before,
+        after_in_parent=lambda: _after(in_child=False),
+        after_in_child=lambda: _after(in_child=True),
+    )
