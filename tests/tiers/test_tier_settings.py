@@ -53,7 +53,8 @@ def test_every_setting_has_one_name_in_all_three_sources() -> None:
     python = TierSettings(**{name: value for name, (value, _) in SETTINGS.items()}, secrets=(b"new", b"old"))
     text = {name: text for name, (_, text) in SETTINGS.items()}
     environment = {"VISIONCACHE_" + name.upper(): value for name, value in text.items()}
-    from_env = TierSettings.from_env({**environment, "VISIONCACHE_HMAC_SECRET": "new, old"})
+    secrets = {"VISIONCACHE_HMAC_SECRET": "new", "VISIONCACHE_HMAC_PREVIOUS_SECRETS": "old"}
+    from_env = TierSettings.from_env({**environment, **secrets})
     mapping = {name: value for name, (value, _) in SETTINGS.items()}
     from_mapping = TierSettings.from_mapping({**mapping, "hmac_secret_env": "VC_SECRETS"}, environ=SECRETS)
     flags = [*flag_list(text), "--vision-cache-hmac-secret-env", "VC_SECRETS"]
@@ -216,3 +217,9 @@ def test_docs_list_every_setting_with_its_three_spellings() -> None:
     for name in SETTINGS:
         assert f"`VISIONCACHE_{name.upper()}`" in rows[name]
         assert f"`--vision-cache-{name.replace('_', '-')}`" in rows[name]
+
+
+def test_regression_a_comma_in_the_signing_secret_split_it_into_two_weaker_secrets() -> None:
+    """VISIONCACHE_HMAC_SECRET is one secret: splitting it on commas signed with a part of it."""
+    settings = TierSettings.from_env({"VISIONCACHE_HMAC_SECRET": "correct,horse battery"})
+    assert settings.secrets == (b"correct,horse battery",)

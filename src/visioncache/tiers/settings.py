@@ -16,9 +16,10 @@ it. Secrets are never written into a mapping or onto a command line (configurati
 command line is visible to every user of the host): there they are given by naming the
 environment variable that holds them (``hmac_secret_env``, ``--vision-cache-hmac-secret-env``);
 in the environment they are ``VISIONCACHE_HMAC_SECRET`` (and ``VISIONCACHE_HMAC_PREVIOUS_SECRETS``).
-A secret variable may hold several secrets, comma-separated: the first signs, every one verifies
-(rotation). Reading settings opens nothing; `TierSettings.build_chain` constructs the tiers, which
-open their files and connections at first use. docs/tiers.md lists every setting.
+A variable named by ``hmac_secret_env`` may hold several secrets, comma-separated: the first
+signs, every one verifies (rotation); ``VISIONCACHE_HMAC_SECRET`` is one secret, taken whole.
+Reading settings opens nothing; `TierSettings.build_chain` constructs the tiers, which open
+their files and connections at first use. docs/tiers.md lists every setting.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ class TierSettings:
                 if text:
                     values[setting.name] = setting.convert(text, name, True)
                     break
-        current = kinds.split_secrets(environ.get(prefix + "HMAC_SECRET", ""))
+        # The signing secret is taken whole (a comma is part of it); earlier ones are a list.
+        current = tuple(filter(None, [environ.get(prefix + "HMAC_SECRET", "").strip().encode()]))
         previous = kinds.split_secrets(environ.get(prefix + "HMAC_PREVIOUS_SECRETS", ""))
         if previous and not current:
             raise ConfigurationError(f"{prefix}HMAC_PREVIOUS_SECRETS is set without {prefix}HMAC_SECRET")
