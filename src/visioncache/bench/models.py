@@ -31,6 +31,7 @@ from transformers import (
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from visioncache.bench.offline import image_only_processor
 from visioncache.bench.towers import VISION_TOWERS
 from visioncache.bench.vocabulary import SPECIAL_TOKENS, build_tokenizer
 from visioncache.errors import ConfigurationError
@@ -83,24 +84,6 @@ _FULL_TEXT = dict(
 )
 
 
-def _image_only_processor(processor_class: Any, image_processor: Any, tokenizer: Any) -> Any:
-    """The family's processor without a video processor (which needs torchvision, absent here)."""
-
-    class ImageOnlyProcessor(processor_class):  # type: ignore[misc]
-        # Dropping `video_processor` from __init__'s signature removes it from the attributes.
-        def __init__(
-            self,
-            image_processor: Any = None,
-            tokenizer: Any = None,
-            chat_template: str | None = None,
-            **kwargs: Any,
-        ) -> None:
-            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
-
-    ImageOnlyProcessor.__name__ = f"ImageOnly{processor_class.__name__}"
-    return ImageOnlyProcessor(image_processor=image_processor, tokenizer=tokenizer)
-
-
 def build_offline_model(
     family: str = "qwen2_vl", vision: str = "tiny", dtype: torch.dtype = torch.float32, seed: int = 0
 ) -> tuple[PreTrainedModel, ProcessorMixin]:
@@ -138,7 +121,7 @@ def build_offline_model(
     torch.manual_seed(seed)
     model = model_class(config).to(dtype).eval()
     image_processor = Qwen2VLImageProcessorPil(patch_size=patch_size)
-    return model, _image_only_processor(processor_class, image_processor, tokenizer)
+    return model, image_only_processor(processor_class, image_processor=image_processor, tokenizer=tokenizer)
 
 
 def load_model(
@@ -166,5 +149,7 @@ def load_model(
         model = AutoModelForImageTextToText.from_pretrained(directory, dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError, ImportError) as error:
         raise ConfigurationError(f"cannot load --model {str(path)!r}: {error}") from error
-    processor = _image_only_processor(_FAMILY_SPECS[config.model_type][2], image_processor, tokenizer)
+    processor = image_only_processor(
+        _FAMILY_SPECS[config.model_type][2], image_processor=image_processor, tokenizer=tokenizer
+    )
     return model.eval(), processor  # type: ignore[no-untyped-call]

@@ -7,7 +7,7 @@ No heavy imports at module level: the mlx and vLLM environments import this too.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["IMAGE_PLACEHOLDER", "SPECIAL_TOKENS", "VIDEO_PLACEHOLDER", "WORDS", "build_tokenizer"]
@@ -39,20 +39,32 @@ WORDS = (
 )
 
 
-def build_tokenizer(words: Iterable[str] = WORDS) -> Any:
-    """A word-level ``PreTrainedTokenizerFast`` over ``SPECIAL_TOKENS`` and ``words`` (no files),
-    whose special tokens are atomic, as in Qwen's real tokenizer."""
+def build_tokenizer(
+    words: Iterable[str] = WORDS,
+    specials: Sequence[str] = SPECIAL_TOKENS[1:7],
+    named: Mapping[str, str] | None = None,
+    *,
+    eos: str = "<|endoftext|>",
+    pad: str = "<|endoftext|>",
+) -> Any:
+    """A word-level ``PreTrainedTokenizerFast`` (no files) over ``pad``, ``eos``, ``specials`` and
+    ``named``'s tokens, ``<unk>``, then ``words``; its special tokens are atomic, as in the real
+    tokenizers. The defaults are Qwen VL's (``SPECIAL_TOKENS``). ``named`` tokens also become
+    attributes (``tokenizer.image_token``), as a checkpoint's tokenizer config declares them."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     # Imported as Any: transformers' tokenizer classes are untyped for mypy --strict.
     transformers: Any = importlib.import_module("transformers")
-    vocabulary = {token: index for index, token in enumerate(dict.fromkeys([*SPECIAL_TOKENS, *words]))}
+    named = dict(named or {})
+    special = list(dict.fromkeys([pad, eos, *specials, *named.values()]))
+    vocabulary = {token: index for index, token in enumerate(dict.fromkeys([*special, "<unk>", *words]))}
     word_level = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token="<unk>"))
     word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    attributes = {"model_specific_special_tokens": named} if named else {}
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=word_level, unk_token="<unk>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
+        tokenizer_object=word_level, unk_token="<unk>", eos_token=eos, pad_token=pad, **attributes
     )
     # Special tokens are matched before whitespace splitting, so "<|vision_start|><|image_pad|>"
     # tokenises as two tokens, as with the real Qwen tokenizer.
-    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[1:7])})
+    tokenizer.add_special_tokens({"additional_special_tokens": [t for t in special if t not in (eos, pad)]})
     return tokenizer

@@ -1,15 +1,15 @@
-"""Hugging Face transformers adapter: cached preprocessing and vision-encoder output for Qwen VLMs.
+"""Hugging Face transformers adapter: cached preprocessing and vision-encoder output per image.
 
 Why: the vision tower is the expensive part of a multimodal prefill and depends only on the image,
 yet transformers recomputes it for every request. ``CachedVisionModel`` puts a
-``VisionEmbeddingCache`` in front of Qwen2-VL, Qwen2.5-VL and Qwen3-VL: the image processor runs
-only on images whose pixels are not cached, the vision tower only on images whose embeddings are
-not cached (all of a batch's misses in one call), and the text is tokenised per request with each
-image placeholder expanded from the image's grid, which the embedding entry carries, so an
-embedding hit skips preprocessing too. The cached outputs reach the model through
+``VisionEmbeddingCache`` in front of a model of any described family (``families/``): the image
+processor runs only on images whose pixels are not cached, the vision tower only on images whose
+embeddings are not cached (all of a batch's misses in one call where that is exact), and each
+image's placeholder expansion is cached with its embedding, so an embedding hit skips
+preprocessing and the processor's counting too. The cached outputs reach the model through
 ``mm_encoder_outputs``, the path transformers itself uses after encoding, so a hit gives the same
-logits as a miss. Videos are cached per temporal patch (``hf_video``). All caching logic stays in
-the core.
+logits as a miss; the load-time check (``exactness.py``) proves it on the loaded model first.
+Videos are cached per temporal patch (``video.py``) where the family's tower attends per patch.
 """
 
 from __future__ import annotations
@@ -20,19 +20,14 @@ from typing import Any
 
 import torch
 from transformers import PreTrainedModel, ProcessorMixin
-from transformers.modeling_outputs import BaseModelOutputWithPooling
-from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
+from visioncache import ContentId, PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError, PlaceholderMismatchError
+from visioncache.integrations.transformers.encoding import FamilyEncoder
+from visioncache.integrations.transformers.exactness import Exactness, check_exactness
 from visioncache.integrations.transformers.images import ImageInput, load_pil_image
-from visioncache.integrations.transformers.model import (
-    DEEPSTACK_FAMILIES,
-    StageTimes,
-    model_family,
-    model_namespace,
-)
-from visioncache.integrations.transformers.video import VideoEncoder, VideoOutput, video_replacement
+from visioncache.integrations.transformers.model import StageTimes, model_family, model_namespace
+from visioncache.integrations.transformers.video import VideoEncoder, VideoOutput, video_inputs
 from visioncache.integrations.video import VideoInput, VideoSettings
 
 __all__ = ["CachedVisionModel"]
@@ -42,14 +37,19 @@ Request = tuple[str, Sequence[ImageInput]] | tuple[str, Sequence[ImageInput], Se
 
 
 class CachedVisionModel:
-    """Builds a Qwen VLM's model inputs with cached per-image and per-temporal-patch vision output.
+    """Builds a VLM's model inputs with cached per-image (and per-temporal-patch) vision output.
 
     ``prepare(text, images, videos)`` / ``prepare_batch(requests)`` return keyword arguments for
     ``model(**inputs)`` and ``model.generate(**inputs)``; the logits equal those of the model on
-    the same pixels uncached. Each ``<|image_pad|>`` in a text stands for the next image and each
-    ``<|video_pad|>`` for the next video, in order. Without ``cache``, one is built with
+    the same pixels uncached. Each of the processor's image placeholders (``processor.image_token``:
+    ``<|image_pad|>`` for Qwen, ``<start_of_image>`` for Gemma 3, ...) stands for the next image,
+    each video placeholder for the next video, in order. Without ``cache``, one is built with
     ``model_namespace(model, processor)`` (or ``namespace``); a passed cache is used as it is, so
     build it with that namespace. ``video_settings`` sets video sampling and resolution.
+
+    Building it runs the load-time check on the model (once per model and namespace):
+    ``ConfigurationError`` if the family description is not exact for it; ``exactness`` says
+    whether misses are encoded together or one by one.
     """
 
     def __init__(
@@ -60,23 +60,23 @@ class CachedVisionModel:
         namespace: str | None = None,
         video_settings: VideoSettings | None = None,
     ) -> None:
-        self.family = model_family(model)
+        family = model_family(model)
         if cache is not None and namespace is not None:
             raise ConfigurationError(
                 "pass namespace= to the VisionEmbeddingCache, not to CachedVisionModel, when passing a cache"
             )
+        self.family = family.name
         self.model = model
         self.processor = processor
-        self.cache = (
-            cache
-            if cache is not None
-            else VisionEmbeddingCache(namespace=namespace or model_namespace(model, processor))
-        )
+        derived = model_namespace(model, processor)
+        self.cache = cache if cache is not None else VisionEmbeddingCache(namespace=namespace or derived)
+        self.encoder = FamilyEncoder(family, model, processor)
+        self.exactness: Exactness = check_exactness(self.encoder, derived)
         self.times = StageTimes()
         self.video_settings = video_settings or VideoSettings()
         self._video: VideoEncoder | None = None  # built on the first video (it checks the model)
         self._image_token: str = processor.image_token  # type: ignore[attr-defined]
-        self._video_token: str = processor.video_token  # type: ignore[attr-defined]
+        self._video_token: str | None = getattr(processor, "video_token", None)
 
     def prepare(
         self, text: str, images: Sequence[ImageInput] = (), videos: Sequence[VideoInput] = ()
@@ -93,21 +93,27 @@ class CachedVisionModel:
         video_values = self.video_outputs(videos) if any(videos) else [[] for _ in requests]
         return self._build_inputs(texts, self.image_outputs(images), video_values)
 
-    def image_outputs(
-        self,
-        images_per_request: Sequence[Sequence[ImageInput]],
-    ) -> list[list[dict[str, Any]]]:
-        """Per request, each image's cached vision output (embeddings, grid, deepstack features);
-        the misses of all requests are preprocessed and encoded in one call each."""
-        return self.cache.encode_batch([list(images) for images in images_per_request], self._encode)
+    def image_outputs(self, images_per_request: Sequence[Sequence[ImageInput]]) -> list[list[dict[str, Any]]]:
+        """Per request, each image's cached vision output (embeddings, placeholder expansion,
+        forward inputs, deepstack features); the misses of all requests are preprocessed, then
+        encoded in one call (one per variant), or one by one where batching is inexact."""
+        sources: dict[ContentId, tuple[ImageInput, str | None]] = {}
+        items_per_request = [self._items(list(images), sources) for images in images_per_request]
+        return self.cache.encode_batch(items_per_request, lambda missing: self._encode(missing, sources))
 
     def video_outputs(self, videos_per_request: Sequence[Sequence[VideoInput]]) -> list[list[VideoOutput]]:
         """Per request, each video's output, cached per temporal patch; the missing patches of all
         requests are encoded in one call. The first call checks that the model's vision
         attention stays within a temporal patch (ConfigurationError if not)."""
         if self._video is None:
+            family = self.encoder.family
+            if family.video is None:
+                raise ConfigurationError(
+                    f"video is not cached for {family.name}: its vision tower is not known to attend "
+                    "within a temporal patch; send frames as images, or use the model uncached"
+                )
             self._video = VideoEncoder(
-                self.model, self.processor, self.cache, self.video_settings, self.times
+                self.model, self.processor, self.cache, self.video_settings, self.times, family
             )
         return self._video.outputs(videos_per_request)
 
@@ -124,7 +130,11 @@ class CachedVisionModel:
 
     def _check_placeholders(self, texts: Sequence[str], images: list[int], videos: list[int]) -> None:
         for text, image_count, video_count in zip(texts, images, videos, strict=True):
-            checks = ((self._image_token, image_count, "images"), (self._video_token, video_count, "videos"))
+            checks = [(self._image_token, image_count, "images")]
+            if self._video_token is not None:
+                checks.append((self._video_token, video_count, "videos"))
+            elif video_count:
+                raise PlaceholderMismatchError(f"{video_count} videos were sent to a model without video")
             for token, count, kind in checks:
                 placeholders = text.count(token)
                 if placeholders != count:
@@ -133,45 +143,63 @@ class CachedVisionModel:
                         "were sent with it"
                     )
 
-    def _preprocess(self, images: list[ImageInput]) -> list[PixelOnlyCacheEntry]:
-        """The image processor on the images whose pixels missed, split back per image."""
+    def _items(
+        self, images: list[ImageInput], sources: dict[ContentId, tuple[ImageInput, str | None]]
+    ) -> list[Any]:
+        """The cache items of one prompt's images: the images themselves, or, where the family
+        preprocesses an image by its prompt (``Family.variant``), an id of image and variant."""
+        variant = self.encoder.family.variant_of(len(images))
+        if variant is None:
+            return images
+        items = []
+        for image, digest in zip(images, self.cache.image_digests(images), strict=True):
+            item = ContentId(f"visioncache.transformers.variant:{variant}:{digest.hex()}")
+            sources[item] = (image, variant)
+            items.append(item)
+        return items
+
+    @staticmethod
+    def _source(item: Any, sources: dict[ContentId, tuple[ImageInput, str | None]]) -> tuple[Any, str | None]:
+        return sources.get(item, (item, None)) if isinstance(item, ContentId) else (item, None)
+
+    def _preprocess(self, items: list[Any], sources: dict[ContentId, Any]) -> list[PixelOnlyCacheEntry]:
+        """The processor's image step on the items whose pixels missed, one image at a time (as
+        the processor prepares each image of a batch)."""
         start = time.perf_counter()
-        image_processor: Any = self.processor.image_processor
-        output = image_processor(images=[load_pil_image(image) for image in images], return_tensors="pt")
-        grids = output["image_grid_thw"]
-        rows = torch.split(output["pixel_values"], grids.prod(-1).tolist())
+        entries = []
+        for item in items:
+            image, variant = self._source(item, sources)
+            entries.append(self.encoder.preprocess(load_pil_image(image), variant))
         elapsed = time.perf_counter() - start
-        self.times.add(preprocess=elapsed, preprocessed=len(images))
+        self.times.add(preprocess=elapsed, preprocessed=len(items))
         return [
-            PixelOnlyCacheEntry(
-                pixel_values=pixels.clone(),
-                image_grid_thw=grid.clone(),
-                processing_time=elapsed / len(images),
-            )
-            for pixels, grid in zip(rows, grids, strict=True)
+            PixelOnlyCacheEntry(pixel_values=entry, processing_time=elapsed / len(items)) for entry in entries
         ]
 
-    def _encode(self, images: list[ImageInput]) -> list[dict[str, Any]]:
-        """The vision tower on the images whose embeddings missed, in one call, split per image."""
-        entries = self.cache.preprocess_images(images, self._preprocess)
-        model: Any = self.model
-        pixel_values = torch.cat([torch.as_tensor(entry.pixel_values) for entry in entries])
-        grids = torch.stack([torch.as_tensor(entry.image_grid_thw) for entry in entries])
+    def _encode(self, items: list[Any], sources: dict[ContentId, Any]) -> list[dict[str, Any]]:
+        """The vision tower on the items whose embeddings missed: one call per variant, or one
+        per image where the load-time check found batching inexact."""
+        pixels = self.cache.preprocess_images(items, lambda missing: self._preprocess(missing, sources))
+        entries = [entry.pixel_values for entry in pixels]
+        groups: dict[str | None, list[int]] = {}
+        for index, item in enumerate(items):
+            groups.setdefault(self._source(item, sources)[1], []).append(index)
+        calls: list[tuple[str | None, list[int]]] = []
+        for variant, group in groups.items():
+            if self.exactness.batched:
+                calls.append((variant, group))
+            else:
+                calls.extend((variant, [index]) for index in group)
+        values: list[dict[str, Any] | None] = [None] * len(items)
         start = time.perf_counter()
-        # no_grad, not inference_mode: cached tensors must stay usable in a later autograd forward.
-        with torch.no_grad():
-            output = model.get_image_features(pixel_values.to(model.device), grids.to(model.device))
-        if model.device.type == "cuda":
-            torch.cuda.synchronize(model.device)  # time the tower's work, not just its launch
-        self.times.add(encode=time.perf_counter() - start, encoded=len(images))
-        values: list[dict[str, Any]] = []
-        for index, grid in enumerate(grids):
-            # clone: a slice of the batch output would keep the whole batch's storage alive.
-            value = {"embeddings": output.pooler_output[index].clone(), "image_grid_thw": grid.clone()}
-            if self.family in DEEPSTACK_FAMILIES:
-                value["deepstack_features"] = [layer[index].clone() for layer in output.deepstack_features]
-            values.append(value)
-        return values
+        for variant, indexes in calls:
+            encoded = self.encoder.encode([entries[index] for index in indexes], variant)
+            for index, value in zip(indexes, encoded, strict=True):
+                values[index] = value
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize(self.model.device)  # time the tower's work, not just its launch
+        self.times.add(encode=time.perf_counter() - start, encoded=len(items), encoder_calls=len(calls))
+        return [value for value in values if value is not None]
 
     def _build_inputs(
         self,
@@ -179,56 +207,8 @@ class CachedVisionModel:
         values_per_request: Sequence[Sequence[dict[str, Any]]],
         videos_per_request: Sequence[Sequence[VideoOutput]],
     ) -> dict[str, Any]:
-        """Tokenised texts (placeholders expanded from the cached grids) plus the cached outputs."""
-        processor: Any = self.processor
+        """Tokenised texts (placeholders expanded from the cached values) plus the cached outputs."""
         values = [value for values in values_per_request for value in values]
         videos = [video for videos in videos_per_request for video in videos]
-        inputs: dict[str, Any] = {}
-        encoder_outputs: dict[str, Any] = {}
-        image_replacements: list[str] = []
-        if values:
-            grids = torch.stack([value["image_grid_thw"] for value in values])
-            image_replacements = [
-                processor.replace_image_token({"image_grid_thw": grids}, image_idx=index)
-                for index in range(len(values))
-            ]
-            inputs["image_grid_thw"] = grids
-            encoder_outputs["image"] = self._encoder_output(
-                [value["embeddings"] for value in values],
-                [value.get("deepstack_features") for value in values],
-            )
-        video_replacements = [video_replacement(self.family, video, processor) for video in videos]
-        if videos:
-            inputs["video_grid_thw"] = torch.stack([video.grid for video in videos])
-            encoder_outputs["video"] = self._encoder_output(
-                [video.embeddings for video in videos], [video.deepstack_features for video in videos]
-            )
-            if self.family == "qwen2_5_vl":
-                inputs["second_per_grid_ts"] = torch.tensor([video.seconds_per_patch for video in videos])
-        if encoder_outputs:
-            texts, _ = processor.get_text_with_replacements(
-                list(texts), image_replacements, video_replacements
-            )
-            inputs["mm_encoder_outputs"] = encoder_outputs
-        tokens = processor.tokenizer(texts, padding=True, return_token_type_ids=False, return_tensors="pt")
-        inputs.update(tokens)
-        inputs["mm_token_type_ids"] = torch.tensor(processor.create_mm_token_type_ids(tokens["input_ids"]))
-        device = self.model.device
-        return {
-            name: value.to(device) if isinstance(value, torch.Tensor) else value
-            for name, value in inputs.items()
-        }
-
-    def _encoder_output(
-        self, embeddings: list[torch.Tensor], deepstack: list[list[torch.Tensor] | None]
-    ) -> BaseModelOutputWithPooling:
-        """One image's or video's embeddings per item, as transformers' encoder output of a kind."""
-        # Qwen models take one tensor per item here, though transformers annotates one tensor.
-        pooled: Any = tuple(embeddings)
-        if self.family not in DEEPSTACK_FAMILIES:
-            return BaseModelOutputWithPooling(pooler_output=pooled)
-        layers = len(deepstack[0] or [])
-        per_layer: Any = [
-            tuple(item[layer] for item in deepstack if item is not None) for layer in range(layers)
-        ]
-        return BaseModelOutputWithDeepstackFeatures(pooler_output=pooled, deepstack_features=per_layer)
+        replacements, extra = video_inputs(self.encoder, videos) if videos else ([], None)
+        return self.encoder.model_inputs(texts, values, replacements, extra)

@@ -27,7 +27,9 @@ from transformers import PreTrainedModel, ProcessorMixin
 from visioncache import PixelOnlyCacheEntry, VisionEmbeddingCache
 from visioncache.errors import ConfigurationError
 from visioncache.identity import VideoPatch
-from visioncache.integrations.transformers.model import DEEPSTACK_FAMILIES, StageTimes
+from visioncache.integrations.transformers.encoding import FamilyEncoder
+from visioncache.integrations.transformers.families import Family
+from visioncache.integrations.transformers.model import StageTimes
 from visioncache.integrations.transformers.video_pixels import patch_pixels, preprocess_frames
 from visioncache.integrations.video import (
     DEFAULT_FPS,
@@ -39,7 +41,14 @@ from visioncache.integrations.video import (
     sampled_fps,
 )
 
-__all__ = ["VideoEncoder", "VideoOutput", "check_temporal_locality", "video_output", "video_replacement"]
+__all__ = [
+    "VideoEncoder",
+    "VideoOutput",
+    "check_temporal_locality",
+    "video_inputs",
+    "video_output",
+    "video_replacement",
+]
 
 
 @dataclass(frozen=True)
@@ -92,15 +101,32 @@ def check_temporal_locality(model: PreTrainedModel) -> None:
             )
 
 
-def video_replacement(family: str, output: VideoOutput, processor: Any) -> str:
+def video_replacement(family: Family, output: VideoOutput, processor: Any) -> str:
     """The prompt text that stands for one video, as the family's processor writes it."""
     tokens_per_patch = int(output.grid[1:].prod()) // processor.image_processor.merge_size**2
-    if family != "qwen3_vl":
+    if family.video is None or not family.video.timestamps_in_prompt:
         return str(processor.video_token * tokens_per_patch * len(output.patches))
     frame = (
         processor.vision_start_token + processor.video_token * tokens_per_patch + processor.vision_end_token
     )
     return "".join(f"<{seconds:.1f} seconds>{frame}" for seconds in output.timestamps)
+
+
+def video_inputs(encoder: FamilyEncoder, videos: list[VideoOutput]) -> tuple[list[str], dict[str, Any]]:
+    """The prompt text of each video, and the forward inputs of all of them: ``video_grid_thw``,
+    ``mm_encoder_outputs["video"]`` (and Qwen2.5-VL's ``second_per_grid_ts``)."""
+    family = encoder.family
+    replacements = [video_replacement(family, video, encoder.processor) for video in videos]
+    deepstack = [video.deepstack_features for video in videos] if family.deepstack else None
+    extra: dict[str, Any] = {
+        "video_grid_thw": torch.stack([video.grid for video in videos]),
+        "mm_encoder_outputs": {
+            "video": encoder.encoder_output([video.embeddings for video in videos], deepstack)
+        },
+    }
+    if family.video is not None and family.video.seconds_per_grid_input:
+        extra["second_per_grid_ts"] = torch.tensor([video.seconds_per_patch for video in videos])
+    return replacements, extra
 
 
 def video_output(
@@ -131,6 +157,7 @@ class VideoEncoder:
         cache: VisionEmbeddingCache,
         settings: VideoSettings,
         times: StageTimes,
+        family: Family,
     ) -> None:
         check_temporal_locality(model)
         self.model: Any = model
@@ -138,7 +165,7 @@ class VideoEncoder:
         self.cache = cache
         self.settings = settings
         self.times = times
-        self.deepstack = str(model.config.model_type) in DEEPSTACK_FAMILIES
+        self.deepstack = family.deepstack
         self.temporal = int(model.config.vision_config.temporal_patch_size)
         self.clips = ClipResolver(cache, settings, self.temporal)
 

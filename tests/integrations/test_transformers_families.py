@@ -1,0 +1,101 @@
+"""Every described family, through a tiny random-weight model and an offline processor:
+CachedVisionModel's logits equal ``model(**processor(text=..., images=...))`` (fp32, 1e-4) for one
+image, two images of different sizes, the same image twice and the images swapped, cold and warm;
+the vision tower (counted on the model) runs once per distinct image across requests, and a
+partial hit encodes only the new image."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from PIL import Image  # noqa: E402
+
+from tests.integrations.family_reference import (  # noqa: E402
+    logits,
+    prompt,
+    reference_inputs,
+    reference_logits,
+    tower_runs,
+)
+from visioncache.bench.family_models import FAMILY_MODELS, FamilyModel, build_family_model  # noqa: E402
+from visioncache.integrations.transformers import FAMILIES, CachedVisionModel  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TOLERANCE = 1e-4  # fp32, the issue's bound
+SIZES = [(56, 84), (112, 112), (70, 98)]  # (height, width): different token counts where resolution matters
+
+
+@pytest.fixture(scope="module", params=FAMILY_MODELS)
+def family(request: pytest.FixtureRequest) -> FamilyModel:
+    return build_family_model(request.param)
+
+
+@pytest.fixture(scope="module")
+def pictures() -> list[Image.Image]:
+    rng = np.random.default_rng(7)
+    return [Image.fromarray((rng.random((h, w, 3)) * 255).astype(np.uint8)) for h, w in SIZES]
+
+
+def difference(actual: Any, expected: Any) -> float:
+    assert actual.shape == expected.shape
+    return float((actual - expected).abs().max())
+
+
+def test_logits_equal_transformers_cold_and_warm(family: FamilyModel, pictures: list[Image.Image]) -> None:
+    model, processor = family.model, family.processor
+    a, b, _ = pictures
+    cached = CachedVisionModel(model, processor)
+    requests = [[a], [a, b], [a, a], [b, a]]  # one image, two sizes, the same twice, swapped
+    for images in requests:
+        text = prompt(family.placeholder, len(images))
+        expected = reference_logits(model, processor, text, images)
+        assert difference(logits(model, cached.prepare(text, images)), expected) <= TOLERANCE  # cold or hit
+        assert difference(logits(model, cached.prepare(text, images)), expected) <= TOLERANCE  # warm
+    # The check can fail: the images swapped give other logits.
+    text = prompt(family.placeholder, 2)
+    assert (
+        difference(
+            reference_logits(model, processor, text, [a, b]), reference_logits(model, processor, text, [b, a])
+        )
+        > 1e-3
+    )
+
+
+def test_vision_tower_runs_once_per_distinct_image(family: FamilyModel, pictures: list[Image.Image]) -> None:
+    model, processor = family.model, family.processor
+    a, b, c = pictures
+    cached = CachedVisionModel(model, processor)  # the load-time check runs before counting
+    with tower_runs(model) as runs:
+        for images in ([a], [a], [b], [a, b], [b, a], [a, a], [b, b]):
+            cached.prepare(prompt(family.placeholder, len(images)), images)
+    # a, then b; LLaVA-OneVision prepares an image alone and among others differently: then
+    # a and b once more, both in one call.
+    assert len(runs) == (3 if FAMILIES[model.config.model_type].variant is not None else 2)
+    with tower_runs(model) as partial:
+        cached.prepare(prompt(family.placeholder, 2), [c, a])  # a hit, c new
+    with tower_runs(model) as alone:  # c twice in a fresh cache: encoded once, alone
+        CachedVisionModel(model, processor).prepare(prompt(family.placeholder, 2), [c, c])
+    assert len(partial) == 1
+    assert partial[0] == alone[0]  # the tower saw only the new image's pixels
+
+
+def test_batch_of_requests_encodes_shared_misses_in_one_call(
+    family: FamilyModel, pictures: list[Image.Image]
+) -> None:
+    model, processor = family.model, family.processor
+    a, b, c = pictures
+    cached = CachedVisionModel(model, processor)
+    texts = [prompt(family.placeholder, 2), prompt(family.placeholder, 2, "what is in this picture")]
+    with tower_runs(model) as runs:
+        inputs = cached.prepare_batch([(texts[0], [a, b]), (texts[1], [b, c])])
+    assert cached.times.images_encoded == 3
+    assert len(runs) == (1 if cached.exactness.batched else 3)
+    expected = logits(model, reference_inputs(model, processor, texts, [[a, b], [b, c]]))
+    assert difference(logits(model, inputs), expected) <= TOLERANCE
