@@ -140,7 +140,8 @@ def bench_latency_vs_size() -> list[tuple[str, ...]]:
     for entries in (10**2, 10**4, 10**5):
         cache = VisionEmbeddingCache(max_embedding_entries=None, max_embedding_bytes=None)
         fillers = [index.to_bytes(8, "little") for index in range(entries - len(probes))]  # content
-        cache.set_image_embeddings(probes + fillers, [EMBEDDING] * entries)
+        images = probes + fillers  # at least the probes: 200 entries where 100 are asked for
+        cache.set_image_embeddings(images, [EMBEDDING] * len(images))
         caches[entries] = cache
     cursor = {entries: 0 for entries in caches}
 

@@ -21,6 +21,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -58,6 +59,9 @@ class ThreadPool:
     def __call__(self) -> None:
         self._start.wait()
         self._done.wait()
+        # Until every thread waits again: none may still be running when the next call is timed.
+        while self._start.n_waiting < THREADS:
+            time.sleep(0)
 
 
 def jpeg(seed: int, size: int) -> bytes:
