@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
-    return {name: save_model_dir(root / name, name) for name in ("qwen2_vl", "qwen3_vl")}
+    return {name: save_model_dir(root / name, name) for name in ("qwen2_vl", "qwen3_vl", "qwen3_5")}
 
 
 def fresh(path: Path) -> tuple[Any, Any]:
@@ -120,3 +120,23 @@ def test_qwen3_vl_deepstack_features_are_cached_and_fed(model_dirs: dict[str, Pa
     for value in cache.get_image_embeddings(images(2)):
         rows, hidden = value["image_features"].shape
         assert value["deepstack_features"].shape == (layers, rows, hidden)
+
+
+@pytest.mark.parametrize(("family", "exact"), [("qwen2_vl", True), ("qwen3_vl", True), ("qwen3_5", False)])
+def test_the_split_prefill_probe_tells_where_kv_reuse_would_change_the_logits(
+    model_dirs: dict[str, Path], family: str, exact: bool
+) -> None:
+    """Attention layers give the same logits prefilled in two parts as in one (so KV reuse is
+    exact); Qwen3.5's gated-delta layers do not, text alone included, and the self-check says so."""
+    from mlx_vlm.models.cache import make_prompt_cache
+
+    model, processor = fresh(model_dirs[family])
+    assert check_family(family_for(model, processor), model, processor).split_prefill is exact
+    language_model = model.language_model
+    language_model._position_ids = language_model._rope_deltas = None  # M-RoPE state of the last prompt
+    ids = mx.array([list(range(10, 90))])
+    whole = language_model(ids, cache=make_prompt_cache(language_model)).logits[:, -1]
+    cache = make_prompt_cache(language_model)
+    language_model(ids[:, :40], cache=cache)
+    tail = language_model(ids[:, 40:], cache=cache).logits[:, -1]
+    assert mx.array_equal(whole, tail).item() is exact

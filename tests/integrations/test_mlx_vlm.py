@@ -34,7 +34,7 @@ from visioncache.errors import PlaceholderMismatchError  # noqa: E402
 from visioncache.integrations import mlx_vlm  # noqa: E402
 from visioncache.integrations.mlx_vlm.families import check_family, family_for  # noqa: E402
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"]
 SIZES = [(56, 56), (56, 84), (84, 56), (70, 70)]  # (height, width): different grids and layouts
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from visioncache.bench.vocabulary import WORDS
 from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
 
-__all__ = ["TINY_FAMILIES", "TinyFamily", "save_family_dir"]
+__all__ = ["TINY_FAMILIES", "TinyFamily", "media_token_bias", "save_family_dir"]
 
 # The Qwen2-VL template's layout, shared by the Qwen families (their real templates add tool and
 # thinking blocks that change nothing about images).
@@ -35,6 +35,7 @@ QWEN_CHAT_TEMPLATE = (
     "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+QWEN_MEDIA_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 QWEN_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -72,6 +73,9 @@ class TinyFamily:
     bos_token: str | None = None
     stop_tokens: tuple[str, ...] = ()  # generation stops on these (and eos)
     tokenizer_attributes: dict[str, str] = field(default_factory=dict)  # extra_special_tokens
+    # Tokens that mark images in a prompt: a random model that writes one into its answer makes
+    # the next turn's history hold one placeholder too many (stock vllm-mlx then fails it too).
+    media_tokens: tuple[str, ...] = ()
 
 
 def _qwen3_vl_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
@@ -111,6 +115,53 @@ def _qwen3_vl_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
         "vision_end_token_id": ids["<|vision_end|>"],
         "vocab_size": vocab,
         "eos_token_id": ids["<|im_end|>"],
+        "text_config": text,
+        "vision_config": vision,
+    }
+
+
+def _qwen3_5_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
+    """Qwen3.5: gated-delta (linear attention) layers with a full-attention layer every 2nd."""
+    text = {
+        "model_type": "qwen3_5",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "linear_num_value_heads": 2,
+        "linear_num_key_heads": 2,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "full_attention_interval": 2,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab,
+        "max_position_embeddings": 4096,
+        "rope_parameters": {
+            "type": "default",
+            "mrope_section": [2, 1, 1],
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+        },
+        "tie_word_embeddings": False,
+    }
+    vision = {
+        "model_type": "qwen3_5",
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "out_hidden_size": 64,
+        "num_heads": 2,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "num_position_embeddings": 64,
+    }
+    return {
+        **_qwen3_vl_config(ids, vocab),
+        "model_type": "qwen3_5",
         "text_config": text,
         "vision_config": vision,
     }
@@ -186,6 +237,18 @@ TINY_FAMILIES: dict[str, TinyFamily] = {
         config=_qwen3_vl_config,
         files={"preprocessor_config.json": {**_QWEN3_PREPROCESSOR, "processor_class": "Qwen3VLProcessor"}},
         stop_tokens=("<|endoftext|>",),
+        media_tokens=QWEN_MEDIA_TOKENS,
+    ),
+    "qwen3_5": TinyFamily(
+        model_type="qwen3_5",
+        special_tokens=QWEN_TOKENS,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=QWEN_CHAT_TEMPLATE,
+        config=_qwen3_5_config,
+        files={"preprocessor_config.json": {**_QWEN3_PREPROCESSOR, "processor_class": "Qwen3VLProcessor"}},
+        stop_tokens=("<|endoftext|>",),
+        media_tokens=QWEN_MEDIA_TOKENS,
     ),
     # Refused by visioncache serve-mlx (stock vllm-mlx fails its image requests): the tests use it
     # to check the refusal.
@@ -220,23 +283,31 @@ TINY_FAMILIES: dict[str, TinyFamily] = {
 
 
 def _tokenizer(family: TinyFamily) -> Any:
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    """A byte-level BPE tokenizer over `WORDS` (whole words are tokens) and the family's special
+    tokens. Byte-level BPE, as the families' real tokenizers, because transformers rebuilds some
+    families' tokenizers from the vocabulary and merges alone (Qwen3.5's), with its own
+    pre-tokenizer: a word-level vocabulary would not survive that."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     transformers: Any = importlib.import_module("transformers")
-    tokens = [*family.special_tokens, "<unk>", *WORDS]
-    word_level = Tokenizer(
-        models.WordLevel(vocab={token: i for i, token in enumerate(tokens)}, unk_token="<unk>")
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000,
+        special_tokens=list(family.special_tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
-    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    bpe.train_from_iterator([" ".join(WORDS)] * 3 + [f" {word}" for word in WORDS] + list(WORDS), trainer)
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=word_level,
-        unk_token="<unk>",
+        tokenizer_object=bpe,
         eos_token=family.eos_token,
         pad_token=family.pad_token,
         bos_token=family.bos_token,
         extra_special_tokens=dict(family.tokenizer_attributes),
     )
-    # Special tokens are matched before whitespace splitting, as with the families' real tokenizers.
+    # Special tokens are matched before pre-tokenizing, as with the families' real tokenizers.
     tokenizer.add_special_tokens({"additional_special_tokens": list(family.special_tokens)})
     tokenizer.chat_template = family.chat_template
     return tokenizer
@@ -252,6 +323,7 @@ def save_family_dir(directory: str | Path, model_type: str, *, seed: int = 0) ->
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(family)
     tokenizer.save_pretrained(path)
+    (path / "chat_template.jinja").write_text(family.chat_template)  # where processors look for it
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in family.special_tokens}
     config = family.config(ids, len(tokenizer))
     stops = [ids[family.eos_token], *(ids[token] for token in family.stop_tokens)]
@@ -267,3 +339,12 @@ def save_family_dir(directory: str | Path, model_type: str, *, seed: int = 0) ->
     weights = dict(tree_flatten(model.parameters()))
     mx.save_safetensors(str(path / "model.safetensors"), weights, metadata={"format": "mlx"})
     return path
+
+
+def media_token_bias(model_dir: str | Path) -> dict[str, float]:
+    """An OpenAI ``logit_bias`` that keeps the model in ``model_dir`` from writing image markers."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    family = TINY_FAMILIES.get(config["model_type"])
+    tokens = family.media_tokens if family is not None else QWEN_MEDIA_TOKENS
+    vocabulary = json.loads((Path(model_dir) / "tokenizer.json").read_text())["model"]["vocab"]
+    return {str(vocabulary[token]): -100.0 for token in tokens}

@@ -52,17 +52,24 @@ class Conversation:
     """One user's chat; `send` adds the user turn, asks the server, and keeps the answer."""
 
     messages: list[dict[str, Any]] = field(default_factory=lambda: [{"role": "system", "content": SYSTEM}])
+    logit_bias: dict[str, float] | None = None  # e.g. keep a random model from writing image markers
 
     def send(self, client: Any, text: str, *images: str, max_tokens: int = 6) -> Reply:
         self.messages.append(user_message(text, *images))
-        reply = complete(client, self.messages, max_tokens)
+        reply = complete(client, self.messages, max_tokens, self.logit_bias)
         self.messages.append({"role": "assistant", "content": reply.text})
         return reply
 
 
-def complete(client: Any, messages: list[dict[str, Any]], max_tokens: int = 6) -> Reply:
+def complete(
+    client: Any,
+    messages: list[dict[str, Any]],
+    max_tokens: int = 6,
+    logit_bias: dict[str, float] | None = None,
+) -> Reply:
+    options = {} if logit_bias is None else {"logit_bias": logit_bias}
     response = client.chat.completions.create(
-        model="model", messages=messages, max_tokens=max_tokens, temperature=0.0
+        model="model", messages=messages, max_tokens=max_tokens, temperature=0.0, **options
     )
     choice = response.choices[0]
     return Reply(choice.message.content or "", response.usage.prompt_tokens, choice.finish_reason)

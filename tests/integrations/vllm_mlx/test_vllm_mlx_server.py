@@ -48,10 +48,12 @@ class Recording:
         return self.server.records("token")[self._tokens :]
 
 
-def run_chats(server: ServerProcess, shared: str, own: list[str]) -> tuple[list[Reply], list[int]]:
+def run_chats(
+    server: ServerProcess, shared: str, own: list[str], logit_bias: dict[str, float] | None = None
+) -> tuple[list[Reply], list[int]]:
     """The three-user, four-turn workload, one request at a time; replies and KV tokens reused."""
     client = client_for(server.base_url)
-    conversations = [Conversation() for _ in own]
+    conversations = [Conversation(logit_bias=logit_bias) for _ in own]
     replies, reused = [], []
     for turn, question in enumerate(QUESTIONS):
         for user, conversation in enumerate(conversations):

@@ -19,7 +19,7 @@ from visioncache.extras import missing_extra
 __all__ = [
     "INSTALL_HINT",
     "PATCHED_FUNCTION",
-    "PATCHED_METHODS",
+    "REQUIRED_METHODS",
     "SUPPORTED_VLLM_MLX_VERSION",
     "import_batch_generator_module",
     "import_scheduler_module",
@@ -29,16 +29,17 @@ __all__ = [
 SUPPORTED_VLLM_MLX_VERSION = "0.6.0"
 INSTALL_HINT = f"pip install 'visioncache[vllm-mlx]' (vllm-mlx=={SUPPORTED_VLLM_MLX_VERSION})"
 
-# Every MLLMBatchGenerator method the integration wraps, with the parameters it relies on, and the
-# module function it replaces (install.py patches exactly these).
-PATCHED_METHODS = {
+# Every MLLMBatchGenerator method the integration wraps (patches.GENERATOR_METHODS) or calls, with
+# the parameters it relies on, and the module function it replaces.
+REQUIRED_METHODS = {
     "__init__": ("model", "processor", "prefix_cache_config"),
     "_process_prompts": ("requests",),
     "_preprocess_request": ("request",),
     "_language_model_kwargs": ("request", "position_start", "position_end"),
     "_run_vision_encoding": ("request", "cache"),
-    "_release_preprocessed_inputs": ("request",),
     "get_vision_cache_stats": (),
+    # called, not patched:
+    "_release_preprocessed_inputs": ("request",),
 }
 PATCHED_FUNCTION = "is_text_only_prefix_cache_request"
 _REQUIRED_REQUEST_FIELDS = ("images", "videos", "audio", "prompt", "input_ids", "extra_kwargs")
@@ -102,12 +103,12 @@ def _seam_problems(module: ModuleType) -> list[str]:
     generator = getattr(module, "MLLMBatchGenerator", None)
     if generator is None:
         return ["no MLLMBatchGenerator"]
-    for name, parameters in PATCHED_METHODS.items():
+    for name, parameters in REQUIRED_METHODS.items():
         method = inspect.getattr_static(generator, name, None)
         if method is None:
             problems.append(f"no MLLMBatchGenerator.{name}")
             continue
-        function = method.__func__ if isinstance(method, staticmethod) else method
+        function = method.__func__ if isinstance(method, staticmethod | classmethod) else method
         missing = set(parameters) - set(inspect.signature(function).parameters)
         if missing:
             problems.append(f"MLLMBatchGenerator.{name} lacks {sorted(missing)}")

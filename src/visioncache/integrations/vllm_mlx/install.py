@@ -29,6 +29,7 @@ Patched (version-checked first, applied together; the replacements are in `patch
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 from types import ModuleType
 from typing import Any
@@ -50,6 +51,7 @@ from visioncache.integrations.vllm_mlx.step import EngineState
 
 __all__ = ["Installation", "install", "installed"]
 
+logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _installed: Installation | None = None
 
@@ -79,13 +81,18 @@ class Installation:
         family = family_for(model, processor)
         exactness = check_family(family, model, processor)
         namespace = self.settings.namespace(model, processor)
+        kv_reuse = self.settings.kv_reuse and exactness.split_prefill
+        if self.settings.kv_reuse and not kv_reuse:
+            logger.warning(
+                "visioncache: KV reuse is off for image prompts of this %s model: a prompt prefilled "
+                "as a cached prefix plus a tail does not give one prefill's logits on it (self-check)",
+                model.config.model_type,
+            )
         with self._engines_lock:
             state = self.engines.get(namespace)
             if state is None:
                 cache = self.settings.build_cache(namespace)
-                state = EngineState(
-                    cache, model, processor, family, self.settings.salt, self.settings.kv_reuse, exactness
-                )
+                state = EngineState(cache, model, processor, family, self.settings.salt, kv_reuse, exactness)
                 self.engines[namespace] = state
                 register_engine_metrics(cache, state.stats)
         return state

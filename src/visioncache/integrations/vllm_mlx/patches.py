@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from visioncache.integrations.vllm_mlx.compat import PATCHED_FUNCTION
 from visioncache.integrations.vllm_mlx.prefix_cache import select_request
 from visioncache.integrations.vllm_mlx.step import (
     STATE_ATTRIBUTE,
@@ -32,7 +33,7 @@ GENERATOR_METHODS = (
     "get_vision_cache_stats",
 )
 SCHEDULER_METHODS = ("__init__",)
-GUARD = "is_text_only_prefix_cache_request"
+GUARD = PATCHED_FUNCTION
 
 
 def _prepared(request: Any) -> PreparedRequest | None:

@@ -12,7 +12,9 @@ bit:
 
 If 3 differs from the family's logits, the family is refused with the reason (ConfigurationError).
 If only 2 differs from 1, batching is not exact on this model: `Exactness.batched` is False and
-misses are encoded one image per tower call.
+misses are encoded one image per tower call. `kvcheck.split_prefill_exact` also says whether a
+prompt prefilled as a cached prefix plus a tail gives the same logits (`Exactness.split_prefill`);
+where it does not, an engine must not reuse KV across image prompts.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 
 from visioncache import ConfigurationError
 from visioncache.integrations.mlx_vlm.families.base import Family, ImageValue
+from visioncache.integrations.mlx_vlm.families.kvcheck import split_prefill_exact
 from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
 from visioncache.integrations.mlx_vlm.protocols import Model, Processor
 
@@ -43,6 +46,7 @@ class Exactness:
 
     family: str
     batched: bool  # one tower call over several images gives each image's values as alone
+    split_prefill: bool  # a prompt prefilled as a cached prefix + tail gives one prefill's logits
 
 
 def probe_images() -> list[Any]:
@@ -103,7 +107,7 @@ def _run_check(family: Family, model: Model, processor: Processor) -> Exactness:
             f"from the model's own uncached forward on this model (max difference {difference}); "
             "visioncache refuses to serve cached features that would change the output"
         )
-    return Exactness(family.name, batched)
+    return Exactness(family.name, batched, split_prefill_exact(family, model, processor, alone, marker))
 
 
 def check_family(family: Family, model: Model, processor: Processor) -> Exactness:
