@@ -170,3 +170,19 @@ def test_regression_lone_surrogates_and_non_ascii_in_data_urls_raise_typed_error
 def test_regression_lone_surrogate_in_percent_encoded_data_url_raised_unicode_error():
     # The text of a non-base64 data: URL is its content, encoded as UTF-8 (surrogates passed through).
     assert compute_image_hash("data:,\ud800abc") == compute_image_hash(b"\xed\xa0\x80abc")
+
+
+def test_regression_a_missing_file_over_80_characters_is_named_only_in_part(tmp_path: Path):
+    """Error messages cut every string at 80 characters, so a missing file under a deep directory
+    (a fresh machine's TMPDIR) was not named whole: the message must name the path the user gave."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    missing = deep / "image.png"
+    with pytest.raises(InvalidImageError) as raised:
+        ImageHasher().digest(str(missing))
+    assert repr(str(missing)) in str(raised.value)
+    present = deep / "fifo"
+    os.mkfifo(present)
+    with pytest.raises(InvalidImageError) as raised:
+        ImageHasher().digest(str(present))
+    assert repr(str(present)) in str(raised.value)

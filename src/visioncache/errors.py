@@ -6,6 +6,8 @@ so engines that already catch those keep working. Each is raised before any cach
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "ConfigurationError",
     "CorruptEntryError",
@@ -23,9 +25,11 @@ __all__ = [
     "UnverifiableEntryError",
     "VisionCacheError",
     "describe_input",
+    "describe_path",
 ]
 
 _PREVIEW_CHARS = 80
+_PATH_MAX = 4096
 
 
 class VisionCacheError(Exception):
@@ -100,12 +104,22 @@ class UnserializableValueError(VisionCacheError, TypeError):
     """A value holds something the tier serialisation cannot store (e.g. an arbitrary object)."""
 
 
-def describe_input(value: object) -> str:
+def describe_input(value: object, limit: int = _PREVIEW_CHARS) -> str:
     """A short, safe description of an input for error messages (long strings are truncated)."""
     if isinstance(value, str):
-        text = value if len(value) <= _PREVIEW_CHARS else value[:_PREVIEW_CHARS] + "..."
+        text = value if len(value) <= limit else value[:limit] + "..."
         return f"{text!r} (str, {len(value)} chars)"
     if isinstance(value, bytes | bytearray | memoryview):
         head = bytes(value[:16])
         return f"{type(value).__name__} of {len(value)} bytes starting {head!r}"
     return f"object of type {type(value).__module__}.{type(value).__qualname__}"
+
+
+def describe_path(value: object) -> str:
+    """`describe_input` for a message about a file: a path (a str with a separator, at most
+    PATH_MAX long) is named whole, so a missing file under a deep directory is recognisable."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and os.sep in value and len(value) <= _PATH_MAX:
+        return describe_input(value, _PATH_MAX)
+    return describe_input(value)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from blake3 import blake3
 
-from visioncache.errors import InvalidImageError, describe_input
+from visioncache.errors import InvalidImageError, describe_path
 
 __all__ = ["hash_file", "require_regular_file", "stat_or_reason"]
 
@@ -47,7 +47,7 @@ def require_regular_file(status: os.stat_result, original: object) -> None:
         (stat.S_ISSOCK, "a socket"),
     )
     kind = next((name for test, name in kinds if test(mode)), "of another kind")
-    raise InvalidImageError(f"not a regular file ({kind}): {describe_input(original)}")
+    raise InvalidImageError(f"not a regular file ({kind}): {describe_path(original)}")
 
 
 def hash_file(
@@ -61,7 +61,7 @@ def hash_file(
     try:
         descriptor = os.open(path, _OPEN_FLAGS)
     except OSError as error:
-        raise InvalidImageError(f"cannot open {describe_input(original)}: {error.strerror}") from None
+        raise InvalidImageError(f"cannot open {describe_path(original)}: {error.strerror}") from None
     try:
         status = os.fstat(descriptor)
         require_regular_file(status, original)
@@ -73,9 +73,9 @@ def hash_file(
             check_size(total, original)
             hasher.update(chunk)
     except OSError as error:
-        raise InvalidImageError(f"cannot read {describe_input(original)}: {error.strerror}") from None
+        raise InvalidImageError(f"cannot read {describe_path(original)}: {error.strerror}") from None
     finally:
         os.close(descriptor)
     if total == 0:
-        raise InvalidImageError(f"empty content: {describe_input(original)}")
+        raise InvalidImageError(f"empty content: {describe_path(original)}")
     return bytes(hasher.digest()), status

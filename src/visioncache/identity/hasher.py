@@ -32,6 +32,7 @@ from visioncache.errors import (
     InvalidImageError,
     UnsupportedImageTypeError,
     describe_input,
+    describe_path,
 )
 from visioncache.identity.arrays import array_digest
 from visioncache.identity.base64_view import ascii_tail
@@ -152,7 +153,7 @@ class ImageHasher:
             kind = None
         if kind is None or len(text) % 4:
             raise InvalidImageError(
-                f"{describe_input(text)} is not an existing file ({reason}), a data: URL, "
+                f"{describe_path(text)} is not an existing file ({reason}), a data: URL, "
                 f"nor strict base64 of an image, video or audio file. Accepted: {ACCEPTED_INPUTS}"
             )
         return self._digest_base64(text, 0, "base64 string")
@@ -189,7 +190,7 @@ class ImageHasher:
     def _stat(self, path: str, original: object) -> os.stat_result:
         found = stat_or_reason(path)
         if type(found) is not os.stat_result:
-            raise InvalidImageError(f"not an existing file: {describe_input(original)} ({found})")
+            raise InvalidImageError(f"not an existing file: {describe_path(original)} ({found})")
         return found
 
     def _digest_file(self, path: str, status: os.stat_result, original: object) -> bytes:
