@@ -34,8 +34,12 @@ from visioncache.errors import PlaceholderMismatchError  # noqa: E402
 from visioncache.integrations import mlx_vlm  # noqa: E402
 from visioncache.integrations.mlx_vlm.families import check_family, family_for  # noqa: E402
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"]
-SIZES = [(56, 56), (56, 84), (84, 56), (70, 70)]  # (height, width): different grids and layouts
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "idefics3", "smolvlm"]
+# mlx-vlm 0.7.10's own path cannot take a batch of several prompts for these (its forward passes a
+# padded batch's mask to attention as it is; SmolVLM's processor wants images nested per prompt):
+# nothing to compare with, so they are tested one prompt at a time.
+NO_PADDED_BATCH = {"idefics3", "smolvlm"}
+SIZES = [(56, 56), (56, 84), (84, 56), (28, 112)]  # (height, width): different grids and tile layouts
 
 
 def make_images(count: int, seed: int = 0) -> list[Image.Image]:
@@ -141,6 +145,8 @@ def test_prepare_inputs_equals_mlx_vlm_cold_and_warm_without_preprocessing_on_hi
     images = make_images(3)
     # Two prompts in one batch: images are consumed across prompts in order, with left padding.
     prompts = [family.prompt("describe the image", 2), family.prompt("what is in this picture", 1)]
+    if family.name in NO_PADDED_BATCH:
+        prompts = [family.prompt("describe the image", 3)]
     expected = mlx_vlm_prepare_inputs(family.processor, images=images, prompts=prompts)
     cache = new_cache(family, with_model=False)
     preprocess_calls.clear()
@@ -207,6 +213,8 @@ def test_partial_hits_send_only_missing_images_to_the_tower_in_one_call(
 
 @pytest.mark.slow
 def test_a_batch_of_prompts_with_left_padding_gives_mlx_vlm_logits(family: Family) -> None:
+    if family.name in NO_PADDED_BATCH:
+        pytest.skip(f"mlx-vlm's own {family.name} path cannot run a batch of several prompts")
     model, processor = family.model, family.processor
     images = make_images(3, seed=6)
     prompts = [family.prompt("describe the image", 2), family.prompt("what is in this picture a cat", 1)]
@@ -220,9 +228,9 @@ def test_a_batch_of_prompts_with_left_padding_gives_mlx_vlm_logits(family: Famil
 @pytest.mark.slow
 def test_entries_are_mlx_arrays_sized_by_nbytes(family: Family) -> None:
     model, processor = family.model, family.processor
-    images = make_images(3, seed=3)
+    images = make_images(4, seed=3)
     cache = new_cache(family)
-    mlx_vlm.prepare_inputs_with_features(model, processor, images, family.prompt("a", 3), cache=cache)
+    mlx_vlm.prepare_inputs_with_features(model, processor, images, family.prompt("a", 4), cache=cache)
 
     embeddings: list[Any] = cache.get_image_embeddings(images)
     pixels: list[Any] = [cache.get_pixel_values([image]) for image in images]

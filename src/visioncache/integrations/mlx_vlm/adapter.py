@@ -103,8 +103,10 @@ def prepare_inputs(
     check_namespace(cache, processor, None)
     entries = cached_pixel_entries(processor, image_list, cache)
     layouts = [family.pixel_layout(entry) for entry in entries]
-    inputs = family.tokenize(processor, _as_list(prompts), layouts, add_special_tokens=add_special_tokens)
-    inputs.update(family.pixel_inputs(entries))
+    prompt_list = _as_list(prompts)
+    inputs = family.tokenize(processor, prompt_list, layouts, add_special_tokens=add_special_tokens)
+    placeholder = family.placeholder(processor)
+    inputs.update(family.pixel_inputs(entries, [prompt.count(placeholder) for prompt in prompt_list]))
     return inputs
 
 

@@ -82,8 +82,11 @@ class Family(ABC):
         """The layout of a preprocessed image (what `image_text` needs)."""
 
     @abstractmethod
-    def pixel_inputs(self, entries: Sequence[PixelOnlyCacheEntry]) -> dict[str, Any]:
-        """mlx-vlm's pixel inputs for these images in prompt order (``pixel_values``, ...)."""
+    def pixel_inputs(
+        self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
+    ) -> dict[str, Any]:
+        """mlx-vlm's pixel inputs for these images in prompt order (``pixel_values``, ...), the
+        prompts of a batch holding ``images_per_prompt`` images each."""
 
     # ---- 2. its placeholder -------------------------------------------------------------------
     @abstractmethod

@@ -64,7 +64,9 @@ class Qwen2VL(Family):
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
         return {"image_grid_thw": entry.image_grid_thw}
 
-    def pixel_inputs(self, entries: Sequence[PixelOnlyCacheEntry]) -> dict[str, Any]:
+    def pixel_inputs(
+        self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
+    ) -> dict[str, Any]:
         mx = import_mlx()
         return {
             "pixel_values": mx.concatenate([entry.pixel_values for entry in entries]),
