@@ -103,12 +103,7 @@ def main() -> int:
     workload = build_workload(args.users, args.turns, args.image_size)
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        if args.model is None:
-            from tests.support.mlx_model_dir import save_model_dir
-
-            model_dir = save_model_dir(root / "model")
-        else:
-            model_dir = Path(args.model)
+        model_dir = model_directory(args.model, root)
         servers = {name: ServerProcess(name, model_dir, root / name) for name in ("stock", "visioncache")}
         try:
             for server in servers.values():
@@ -134,6 +129,15 @@ def main() -> int:
             json.dumps({"args": vars(args), "results": results, "stats": stats}, indent=2)
         )
     return 0 if same else 1
+
+
+def model_directory(model: str | None, root: Path) -> Path:
+    """``--model``, or a tiny random-weight Qwen2-VL saved under ``root``."""
+    if model is not None:
+        return Path(model)
+    from tests.support.mlx_model_dir import save_model_dir
+
+    return save_model_dir(root / "model")
 
 
 def warm_up(server: ServerProcess, image_size: int) -> None:

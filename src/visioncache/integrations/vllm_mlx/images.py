@@ -9,6 +9,8 @@ reads it, so that what is cached never changes an answer.
   limits and errors), another ``data:`` URL is decoded as stock decodes it, and the local file it
   wrote is hashed. So no entry is ever keyed by a URL's text: after a URL starts serving other
   content, a 404 or a redirect, the answer is stock's (tests/integrations/vllm_mlx/test_vllm_mlx_media.py).
+- A ``visioncache://`` handle is opened into its content digest (`handles`): a ``ContentDigest``,
+  the same entries as the image inline, and no bytes unless its features must be encoded again.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from visioncache import VisionCacheError, VisionEmbeddingCache
+from visioncache import ContentDigest, VisionCacheError, VisionEmbeddingCache
+from visioncache.integrations.vllm_mlx.handle_codec import is_handle
+from visioncache.integrations.vllm_mlx.handles import Handles
 
 __all__ = ["materialise", "resolve_images"]
 
@@ -52,8 +56,11 @@ def _stock_input(image: Any) -> str:
     return path
 
 
-def _resolve_image(cache: VisionEmbeddingCache, image: Any) -> tuple[Any, bytes]:
+def _resolve_image(cache: VisionEmbeddingCache, handles: Handles | None, image: Any) -> tuple[Any, bytes]:
     url = _url_of(image)
+    if handles is not None and is_handle(url):
+        digest = handles.digest(url)
+        return ContentDigest(digest), digest
     if _is_base64_data_url(url):
         try:
             return url, cache.image_digests([url])[0]
@@ -63,14 +70,18 @@ def _resolve_image(cache: VisionEmbeddingCache, image: Any) -> tuple[Any, bytes]
     return path, cache.image_digests([path])[0]
 
 
-def resolve_images(cache: VisionEmbeddingCache, images: Sequence[Any]) -> tuple[list[Any], list[bytes]]:
-    """Each image's input form (what `materialise` turns into a file on a miss) and content
-    digest, in order; raises vllm-mlx's error (or visioncache's) for a bad image."""
-    resolved = [_resolve_image(cache, image) for image in images]
+def resolve_images(
+    cache: VisionEmbeddingCache, handles: Handles | None, images: Sequence[Any]
+) -> tuple[list[Any], list[bytes]]:
+    """Each image's input form (what `materialise` reads on a miss) and content digest, in order;
+    raises vllm-mlx's error (or visioncache's, a handle's) for a bad image."""
+    resolved = [_resolve_image(cache, handles, image) for image in images]
     return [form for form, _ in resolved], [digest for _, digest in resolved]
 
 
-def materialise(image: Any) -> Any:
-    """What the encoder reads for a resolved input: a data URL hashed in place becomes vllm-mlx's
-    decoded file (only now, on a miss); a local file stays as it is."""
+def materialise(handles: Handles | None, image: Any) -> Any:
+    """What the encoder reads for a resolved input, on a miss only: a data URL hashed in place
+    becomes vllm-mlx's decoded file, a handle its kept bytes; a local file stays as it is."""
+    if isinstance(image, ContentDigest) and handles is not None:
+        return handles.encode_source(image)
     return _stock_input(image) if _is_base64_data_url(image) else image

@@ -21,9 +21,14 @@ Patched (version-checked first, applied together; the replacements are in `patch
   inputs of the positions asked for (`Family.window`: input embeddings, deepstack rows, ...), so
   a KV prefix hit prefills its tail with the image features (vllm-mlx passes token ids only,
   which are right for text but not for images).
-- ``MLLMBatchGenerator.get_vision_cache_stats``: the cache's stats plus `EngineStats`.
+- ``MLLMBatchGenerator.get_vision_cache_stats``: the cache's stats plus `EngineStats` (and the
+  image handles' counters, `HandleStats`).
 - ``is_text_only_prefix_cache_request`` (module function): True also for prepared image requests,
   selecting their image-aware key (`select_request`).
+
+Image handles (`handles`) add nothing here: the engine meets them in `prepare_step`, and their
+HTTP side is a route and an ASGI middleware that `serve` adds to vllm-mlx's FastAPI app
+(`handle_api.mount`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from visioncache import ConfigurationError
 from visioncache.integrations.mlx_vlm import Model, Processor
 from visioncache.integrations.mlx_vlm.families import check_family, family_for
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module, import_scheduler_module
-from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics
+from visioncache.integrations.vllm_mlx.handles import Handles
+from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics, register_handle_metrics
 from visioncache.integrations.vllm_mlx.patches import (
     GENERATOR_METHODS,
     GUARD,
@@ -64,6 +70,9 @@ class Installation:
     ) -> None:
         self.settings = settings
         self.engines: dict[str, EngineState] = {}  # by cache namespace (one per model + processor)
+        self.handles = (
+            Handles(settings.salt, settings.tiers, settings.max_handle_bytes) if settings.handles else None
+        )
         self._module = module
         self._scheduler_module = scheduler_module
         generator_class, scheduler_class = module.MLLMBatchGenerator, scheduler_module.MLLMScheduler
@@ -93,8 +102,10 @@ class Installation:
             if state is None:
                 cache = self.settings.build_cache(namespace)
                 state = EngineState(cache, model, processor, family, self.settings.salt, kv_reuse, exactness)
+                state.handles = self.handles
                 self.engines[namespace] = state
-                register_engine_metrics(cache, state.stats)
+                if register_engine_metrics(cache, state.stats) and self.handles and len(self.engines) == 1:
+                    register_handle_metrics(self.handles.stats)
         return state
 
     def attach(self, generator: Any) -> EngineState:
@@ -126,6 +137,8 @@ class Installation:
         """Flush and close every engine's cache (their shared tiers' pending writes included)."""
         for state in self.engines.values():
             state.cache.close()
+        if self.handles is not None:
+            self.handles.close()
 
     def _apply(self) -> None:
         generator, scheduler = replacements(self)

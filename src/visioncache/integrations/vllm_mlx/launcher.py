@@ -22,6 +22,7 @@ from visioncache import ConfigurationError
 from visioncache.integrations.mlx_vlm import check_mlx_vlm_version
 from visioncache.integrations.mlx_vlm.families import family_for_model_type
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module
+from visioncache.integrations.vllm_mlx.handle_api import mount
 from visioncache.integrations.vllm_mlx.install import install
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings, add_arguments, weights_identity
 
@@ -110,6 +111,10 @@ def serve(argv: Sequence[str]) -> int:
     settings = VisionCacheSettings.from_args(ours, model_path=args.model)
     weights_identity(settings)  # read the weights now: a bad path fails here, not on a request
     installation = install(settings)
+    if installation.handles is not None:
+        from vllm_mlx import server
+
+        mount(server.app, installation)  # the upload route and the handle check, before it starts
     try:
         cli.serve_command(args)
     except KeyboardInterrupt:

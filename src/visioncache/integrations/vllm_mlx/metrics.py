@@ -3,18 +3,20 @@
 With ``--enable-metrics``, vllm-mlx renders one registry at ``/metrics``. Each engine's cache is
 added there through visioncache's collector (hits, misses, bytes, tiers, ... per level) and its
 `EngineStats` through `EngineCollector` (``visioncache_vllm_mlx_*_total``: tower calls, images
-encoded, KV tokens reused, ...). Both read their counters at scrape time.
+encoded, KV tokens reused, ...), and the installation's `HandleStats` the same way
+(``visioncache_vllm_mlx_handles_issued_total``, ...). All read their counters at scrape time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
+from visioncache.integrations.vllm_mlx.handles import HandleStats
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
-__all__ = ["EngineCollector", "register_engine_metrics"]
+__all__ = ["EngineCollector", "register_engine_metrics", "register_handle_metrics"]
 
 _HELP = {
     "image_requests": "Image requests served through visioncache",
@@ -26,14 +28,29 @@ _HELP = {
     "kv_prefix_misses": "Image requests that found no cached KV",
     "kv_tokens_reused": "Prompt tokens whose KV was reused instead of computed",
 }
+_HANDLE_HELP = {
+    "handles_issued": "Images uploaded for a handle",
+    "handles_resolved": "Image handles in requests that were served",
+    "handles_missing": "Image handles answered 410 (neither features nor bytes held any more)",
+    "handles_refused": "Image handles refused as malformed (400) or unknown (404)",
+    "handle_images_from_kept_bytes": "Evicted features of handles encoded again from the kept bytes",
+    "handle_bytes_corrupt": "Kept image bytes read back whose digest was not the handle's",
+}
 
 
 class EngineCollector:
-    """`EngineStats` as Prometheus counters, read at every scrape."""
+    """`EngineStats` (or another counters dataclass, with ``help``) as Prometheus counters, read
+    at every scrape."""
 
-    def __init__(self, stats: EngineStats, prefix: str = "visioncache_vllm_mlx") -> None:
+    def __init__(
+        self,
+        stats: EngineStats | HandleStats,
+        prefix: str = "visioncache_vllm_mlx",
+        help: Mapping[str, str] = _HELP,
+    ) -> None:
         self._stats = stats
         self._prefix = prefix
+        self._help = help
 
     def describe(self) -> list[Any]:
         return []  # nothing to read at registration time
@@ -41,23 +58,36 @@ class EngineCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily
 
-        for field in fields(EngineStats):
+        for field in fields(self._stats):
             yield CounterMetricFamily(
-                f"{self._prefix}_{field.name}", _HELP[field.name], value=getattr(self._stats, field.name)
+                f"{self._prefix}_{field.name}", self._help[field.name], value=getattr(self._stats, field.name)
             )
+
+
+def _registry() -> Any | None:
+    """vllm-mlx's ``/metrics`` registry, when that endpoint is enabled (``--enable-metrics``)."""
+    from vllm_mlx.metrics import metrics  # the collector behind vllm-mlx's /metrics endpoint
+
+    prometheus = getattr(metrics, "_prom", None)  # set once metrics are enabled (vllm-mlx 0.6.0)
+    return prometheus["registry"] if metrics.enabled and prometheus else None
 
 
 def register_engine_metrics(cache: Any, stats: EngineStats) -> bool:
     """Add the cache's and the engine's collectors to vllm-mlx's ``/metrics`` registry, when that
-    endpoint is enabled (``--enable-metrics``); returns whether they were added."""
-    from vllm_mlx.metrics import metrics  # the collector behind vllm-mlx's /metrics endpoint
-
-    prometheus = getattr(metrics, "_prom", None)  # set once metrics are enabled (vllm-mlx 0.6.0)
-    if not metrics.enabled or not prometheus:
+    endpoint is enabled; returns whether they were added."""
+    registry = _registry()
+    if registry is None:
         return False
     from visioncache.metrics import register_metrics
 
-    registry = prometheus["registry"]
     register_metrics(cache, registry)
     registry.register(EngineCollector(stats))
     return True
+
+
+def register_handle_metrics(stats: HandleStats) -> bool:
+    """Add the handles' counters to vllm-mlx's ``/metrics`` registry, when it is enabled."""
+    registry = _registry()
+    if registry is not None:
+        registry.register(EngineCollector(stats, help=_HANDLE_HELP))
+    return registry is not None

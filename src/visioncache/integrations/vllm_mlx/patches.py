@@ -109,6 +109,8 @@ def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, 
         state = getattr(self, "_visioncache_state", None)
         if state is not None:
             stats.update(state.stats.as_dict())
+        if installation.handles is not None:
+            stats.update(installation.handles.counters())
         return stats
 
     def is_text_only_prefix_cache_request(request: Any) -> bool:

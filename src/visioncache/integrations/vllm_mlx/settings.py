@@ -43,12 +43,14 @@ class VisionCacheSettings:
     max_pixel_entries: int = 100
     max_pixel_bytes: str = "1GiB"
     kv_reuse: bool = True
+    handles: bool = True  # image handles: POST /v1/visioncache/images, visioncache:// image URLs
+    max_handle_bytes: str = "512MiB"  # memory budget of the images' bytes kept for their handles
     tiers: TierSettings = field(default_factory=TierSettings)
 
     def __post_init__(self) -> None:
         if self.model_path is None and self.model_id is None:
             raise ConfigurationError("name the model's weights: give model_path (a directory) or model_id")
-        for name in ("max_embedding_bytes", "max_pixel_bytes"):
+        for name in ("max_embedding_bytes", "max_pixel_bytes", "max_handle_bytes"):
             parse_byte_size(getattr(self, name), name=name)  # a bad size fails here, at start-up
 
     @classmethod
@@ -123,6 +125,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(flag + "max-embedding-bytes", default=defaults.max_embedding_bytes, help="e.g. 4GiB")
     group.add_argument(flag + "max-pixel-entries", type=int, default=defaults.max_pixel_entries)
     group.add_argument(flag + "max-pixel-bytes", default=defaults.max_pixel_bytes)
+    group.add_argument(
+        flag + "max-handle-bytes",
+        default=defaults.max_handle_bytes,
+        help="memory budget of the image bytes kept for handles (the tiers keep them too)",
+    )
+    group.add_argument(
+        flag + "no-handles",
+        dest="vision_cache_handles",
+        action="store_false",
+        help="no image handles (POST /v1/visioncache/images and visioncache:// image URLs)",
+    )
     group.add_argument(
         flag + "no-kv-reuse",
         dest="vision_cache_kv_reuse",

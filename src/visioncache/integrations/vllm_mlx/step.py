@@ -19,11 +19,12 @@ from typing import Any
 from visioncache import VisionEmbeddingCache
 from visioncache.integrations.mlx_vlm import Model, Processor, image_feature_encoder, inputs_from_features
 from visioncache.integrations.mlx_vlm.families import Exactness, Family, Feed
+from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.images import materialise, resolve_images
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, prefix_key
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
-__all__ = ["STATE_ATTRIBUTE", "EngineState", "PreparedRequest", "prepare_step", "release_step"]
+__all__ = ["STATE_ATTRIBUTE", "EngineState", "PreparedRequest", "encode_now", "prepare_step", "release_step"]
 
 # The attribute of vllm-mlx's MLLMBatchRequest holding a PreparedRequest or the request's error.
 STATE_ATTRIBUTE = "_visioncache"
@@ -42,6 +43,7 @@ class EngineState:
     kv_reuse: bool
     exactness: Exactness
     stats: EngineStats = field(default_factory=EngineStats)
+    handles: Handles | None = None  # the installation's image handles (None: handles off)
 
 
 @dataclass
@@ -74,7 +76,7 @@ def _encoder(state: EngineState) -> Any:
     encode = image_feature_encoder(state.model, state.processor, state.cache)
 
     def encode_missing(images: list[Any]) -> list[dict[str, Any]]:
-        values = encode([materialise(image) for image in images])  # data URLs decoded only now
+        values = encode([materialise(state.handles, image) for image in images])  # read only now
         state.stats.vision_tower_calls += 1
         state.stats.images_encoded += len(images)
         return values
@@ -97,6 +99,15 @@ def _encode(state: EngineState, image_lists: list[list[Any]]) -> list[list[dict[
         return results
 
 
+def encode_now(state: EngineState, images: list[Any]) -> list[dict[str, Any]]:
+    """Features for ``images`` outside a step (an upload encoding ahead of use): a step's lookup,
+    encoder and counters; raises the images' error."""
+    (values,) = _encode(state, [images])
+    if isinstance(values, Exception):
+        raise values
+    return values
+
+
 def prepare_step(state: EngineState, requests: Sequence[Any], *, kv_reuse: bool) -> None:
     """Attach a PreparedRequest (or the request's error) to each image request of the step."""
     pending: list[tuple[Any, list[Any], list[bytes]]] = []
@@ -105,7 +116,7 @@ def prepare_step(state: EngineState, requests: Sequence[Any], *, kv_reuse: bool)
             continue
         state.stats.image_requests += 1
         try:
-            images, digests = resolve_images(state.cache, request.images)
+            images, digests = resolve_images(state.cache, state.handles, request.images)
         except Exception as error:
             _fail(state, request, error)
             continue

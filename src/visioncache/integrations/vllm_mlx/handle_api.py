@@ -1,0 +1,165 @@
+"""The HTTP side of image handles in vllm-mlx's OpenAI server (a FastAPI app).
+
+- ``POST /v1/visioncache/images`` (`UPLOAD_PATH`) takes one image as the raw request body (any
+  content type but JSON; ``?encode=false`` to skip encoding), or JSON ``{"image": ...}`` /
+  ``{"images": [...]}`` of base64 ``data:`` URLs or raw base64 (with ``"encode": false``), keeps
+  each image's bytes, encodes it ahead of use (once the engine has started), and answers
+  ``{"object": "list", "data": [{"object": "visioncache.image", "handle": "visioncache://...",
+  "bytes": n, "encoded": true}]}``. It takes vllm-mlx's own API-key check.
+- Every other POST whose body names a handle where an image goes (``url``, ``image_url`` or
+  ``image``) is checked before vllm-mlx sees it: its API key first (vllm-mlx's check, so nothing
+  is learned without it), then each handle: 400 malformed, 404 unknown (forged, guessed,
+  another tenant's), 410 expired (neither features nor bytes held: send the image again), in
+  OpenAI's error format. A request that passes runs with its handles' bytes or features pinned
+  (`Handles.held`), so what was checked still holds when its scheduler step resolves it.
+
+Only ``vllm_mlx.server``'s ``app``, ``security`` and ``verify_api_key`` are used (checked by
+`compat`); the engine meets handles through the existing seams (`images.resolve_images`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+from visioncache import ConfigurationError
+from visioncache.integrations.vllm_mlx.handle_codec import HandleError, is_handle
+from visioncache.integrations.vllm_mlx.uploads import UPLOAD_PATH, UploadError, read_upload, upload
+
+__all__ = ["UPLOAD_PATH", "HandleMiddleware", "mount"]
+
+_IMAGE_KEYS = frozenset({"url", "image_url", "image"})
+_MARKER = b"visioncache://"
+
+
+def mount(app: Any, installation: Any) -> None:
+    """Add the upload route and the handle check to vllm-mlx's ``app`` (before it starts).
+
+    Raises ConfigurationError when vllm-mlx's server lacks what is used (nothing is added then).
+    """
+    from fastapi import Depends, Request
+    from fastapi.responses import JSONResponse
+    from vllm_mlx import server
+
+    missing = [name for name in ("security", "verify_api_key") if not callable(getattr(server, name, None))]
+    if missing or not hasattr(app, "add_api_route") or not hasattr(app, "add_middleware"):
+        raise ConfigurationError(
+            f"vllm-mlx's server lacks {missing or 'a FastAPI app'}: image handles cannot be served "
+            "(--vision-cache-no-handles serves without them)"
+        )
+
+    async def upload_images(request: Request) -> JSONResponse:
+        try:
+            images, encode = await read_upload(request)
+            return JSONResponse(upload(installation, images, encode=encode))
+        except (UploadError, HandleError) as error:
+            return JSONResponse(error_body(error), status_code=error.status)
+
+    # FastAPI reads the annotations; under postponed evaluation they are strings naming local imports.
+    upload_images.__annotations__ = {"request": Request, "return": JSONResponse}
+
+    app.add_api_route(
+        UPLOAD_PATH, upload_images, methods=["POST"], dependencies=[Depends(server.verify_api_key)]
+    )
+    app.add_middleware(HandleMiddleware, installation=installation)
+
+
+def error_body(error: UploadError | HandleError) -> dict[str, Any]:
+    """OpenAI's error format (what the ``openai`` client parses)."""
+    return {"error": {"message": str(error), "type": "invalid_request_error", "code": error.code}}
+
+
+def handle_urls(body: bytes) -> list[str]:
+    """The handles a JSON request body names where an image goes (none if it is not JSON)."""
+    if _MARKER not in body:  # the common case: one scan, no parse
+        return []
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return []  # vllm-mlx answers malformed JSON itself
+    return list(_walk(document, image_slot=False))
+
+
+def _walk(node: Any, image_slot: bool) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _walk(value, key in _IMAGE_KEYS)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value, image_slot)
+    elif image_slot and is_handle(node):
+        yield node
+
+
+class HandleMiddleware:
+    """ASGI middleware: checks the handles of a request before vllm-mlx's app sees it."""
+
+    def __init__(self, app: Any, installation: Any) -> None:
+        self.app = app
+        self.installation = installation
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] == UPLOAD_PATH:
+            await self.app(scope, receive, send)
+            return
+        messages, body = await _read_body(receive)
+        replay = _replay(messages, receive)
+        urls = handle_urls(body)
+        if not urls:
+            await self.app(scope, replay, send)
+            return
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+
+        denied = await _authorization_error(Request(scope))
+        if denied is not None:
+            await denied(scope, replay, send)
+            return
+        handles = self.installation.handles
+        engines = [state.cache for state in self.installation.engines.values()]
+        with ExitStack() as held:
+            try:
+                held.enter_context(handles.held([handles.digest(url) for url in urls], engines))
+            except HandleError as error:
+                await JSONResponse(error_body(error), status_code=error.status)(scope, replay, send)
+                return
+            await self.app(scope, replay, send)
+
+
+async def _authorization_error(request: Any) -> Any:
+    """vllm-mlx's own API-key check, as its routes run it: None, or the response it gives."""
+    from fastapi import HTTPException
+    from starlette.responses import JSONResponse
+    from vllm_mlx import server
+
+    try:
+        await server.verify_api_key(await server.security(request))
+    except HTTPException as error:
+        return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
+    return None
+
+
+async def _read_body(receive: Any) -> tuple[list[Any], bytes]:
+    """Every ``http.request`` message of the body, and the body."""
+    messages, chunks = [], []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return messages, b"".join(chunks)
+
+
+def _replay(messages: list[Any], receive: Any) -> Any:
+    """A ``receive`` that gives ``messages`` again, then defers to the real one (disconnects)."""
+    pending = list(messages)
+
+    async def replay() -> Any:
+        return pending.pop(0) if pending else await receive()
+
+    return replay
