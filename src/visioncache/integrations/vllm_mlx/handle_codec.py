@@ -26,6 +26,7 @@ import pybase64
 from blake3 import blake3
 
 from visioncache import ConfigurationError, InvalidArgumentError, VisionCacheError
+from visioncache.extras import requires
 from visioncache.identity import DIGEST_SIZE
 
 __all__ = [
@@ -91,7 +92,8 @@ class HandleCodec:
     """Seals digests into handles and opens handles back into digests, for one tenant salt."""
 
     def __init__(self, salt: str | bytes | None) -> None:
-        from cryptography.hazmat.primitives.ciphers.aead import AESSIV
+        with requires("vllm-mlx", "serve-mlx's image handles"):
+            from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
         self._siv = AESSIV(_handle_key(salt))
 
