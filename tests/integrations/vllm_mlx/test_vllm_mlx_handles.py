@@ -155,14 +155,17 @@ def test_a_ten_turn_chat_sending_only_the_handle_answers_as_stock_resending_the_
     stock_replies = chat(stock_log.openai(stock), inline(image), bias)
 
     our_recording = Recording(ours)
-    handle = handle_of(ours, image)
+    uploaded = upload(ours, image).json()["data"][0]
+    handle = uploaded["handle"]
+    assert uploaded["encoded"] is True and uploaded["bytes"] == len(image)
+    assert our_recording.towers() == [1]  # encoded ahead of use, at upload
     replies = chat(our_log.openai(ours), handle, bias)
 
     assert replies == stock_replies
     assert tokens_of(our_recording) == tokens_of(stock_recording) and all(
         top is not None for _, top in tokens_of(our_recording)
     )
-    assert our_recording.towers() == [1]  # encoded once, at upload
+    assert our_recording.towers() == [1]  # and never again
     # Measured: stock's every turn carries the image; ours carries none on any turn (the upload did).
     payload = base64.b64encode(image)
     assert len(stock_log.bodies) == len(our_log.bodies) == len(QUESTIONS)

@@ -6,7 +6,7 @@
   each image's bytes, encodes it ahead of use (once the engine has started), and answers
   ``{"object": "list", "data": [{"object": "visioncache.image", "handle": "visioncache://...",
   "bytes": n, "encoded": true}]}``. It takes vllm-mlx's own API-key check.
-- Every other POST whose body names a handle where an image goes (``url``, ``image_url`` or
+- Every other JSON POST whose body names a handle where an image goes (``url``, ``image_url`` or
   ``image``) is checked before vllm-mlx sees it: its API key first (vllm-mlx's check, so nothing
   is learned without it), then each handle: 400 malformed, 404 unknown (forged, guessed,
   another tenant's), 410 expired (neither features nor bytes held: send the image again), in
@@ -101,7 +101,12 @@ class HandleMiddleware:
         self.installation = installation
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] == UPLOAD_PATH:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or scope["path"] == UPLOAD_PATH
+            or not _is_json(scope)  # multipart audio uploads and the like stream through untouched
+        ):
             await self.app(scope, receive, send)
             return
         messages, body = await _read_body(receive)
@@ -126,6 +131,12 @@ class HandleMiddleware:
                 await JSONResponse(error_body(error), status_code=error.status)(scope, replay, send)
                 return
             await self.app(scope, replay, send)
+
+
+def _is_json(scope: Any) -> bool:
+    """A JSON body, as FastAPI reads one: a JSON content type, or none at all."""
+    content_type = dict(scope.get("headers") or []).get(b"content-type")
+    return content_type is None or b"json" in content_type.lower()
 
 
 async def _authorization_error(request: Any) -> Any:

@@ -31,7 +31,8 @@ BYTES_NAMESPACE = "visioncache vllm-mlx image handles: image bytes v1"
 
 @dataclass
 class HandleStats:
-    """What happened to handles (reported beside the engine's counters)."""
+    """What happened to handles (reported beside the engine's counters); updated on the server's
+    event-loop thread only (the upload route, the handle check and the scheduler step all run there)."""
 
     handles_issued: int = 0  # images uploaded (uploading one image again counts again)
     handles_resolved: int = 0  # handles in requests that were served
@@ -112,7 +113,8 @@ class Handles:
         the block) when one has neither.
 
         The features are looked for only when the bytes are gone (a tier hit then counts once
-        here and once when the engine uses it).
+        here and once when the engine uses it), and only in engines already built: before
+        vllm-mlx has built its engine, a handle whose bytes are gone answers expired.
         """
         with ExitStack() as pins:
             for digest in dict.fromkeys(digests):
