@@ -121,6 +121,25 @@ def test_weights_identity_follows_the_weight_files(tmp_path: Path) -> None:
         VisionCacheSettings()
 
 
+def test_regression_the_tenant_salt_could_only_be_given_on_the_command_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The salt keys every entry and seals every handle, but ``ps`` shows a command line to every
+    user of the host: --vision-cache-salt-env names an environment variable instead."""
+    from visioncache.integrations.vllm_mlx.launcher import build_parser
+
+    base = ["--vision-cache-model-id", "org/m@1"]
+    monkeypatch.setenv("VC_TENANT", "tenant-a")
+    parsed = build_parser().parse_args([*base, "--vision-cache-salt-env", "VC_TENANT"])
+    assert VisionCacheSettings.from_args(parsed, model_path=None).salt == "tenant-a"
+    monkeypatch.delenv("VC_TENANT")
+    with pytest.raises(ConfigurationError, match=r"'VC_TENANT'.* unset or empty"):
+        VisionCacheSettings.from_args(parsed, model_path=None)
+    both = build_parser().parse_args([*base, "--vision-cache-salt", "s", "--vision-cache-salt-env", "X"])
+    with pytest.raises(ConfigurationError, match="not both"):
+        VisionCacheSettings.from_args(both, model_path=None)
+
+
 def test_flags_size_and_tier_the_engine_cache(tmp_path: Path) -> None:
     from visioncache.integrations.vllm_mlx.launcher import build_parser
 

@@ -11,6 +11,7 @@ preprocessing.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,16 @@ class VisionCacheSettings:
     def from_args(cls, args: argparse.Namespace, model_path: str | None) -> VisionCacheSettings:
         """Settings from the flags `add_arguments` defined (``args.vision_cache_*``)."""
         values = {name: getattr(args, f"vision_cache_{name}") for name in _OWN_FLAGS}
+        salt_variable = getattr(args, "vision_cache_salt_env", None)
+        if salt_variable is not None:
+            if values["salt"] is not None:
+                raise ConfigurationError("give --vision-cache-salt or --vision-cache-salt-env, not both")
+            values["salt"] = os.environ.get(salt_variable, "")
+            if not values["salt"]:
+                raise ConfigurationError(
+                    f"--vision-cache-salt-env names {salt_variable!r}, but that environment variable is "
+                    "unset or empty"
+                )
         return cls(model_path=model_path, tiers=TierSettings.from_args(args), **values)
 
     def namespace(self, model: Any, processor: Any) -> str:
@@ -120,7 +131,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = VisionCacheSettings(model_id="-")
     flag = "--vision-cache-"
     group.add_argument(flag + "model-id", help="names the weights (default: blake3 of the weight files)")
-    group.add_argument(flag + "salt", help="tenant secret mixed into every key (KV ids included)")
+    group.add_argument(
+        flag + "salt",
+        help="tenant secret mixed into every key (KV ids, image handles included); visible to every "
+        "user of the host on the command line: prefer --vision-cache-salt-env",
+    )
+    group.add_argument(
+        flag + "salt-env", help="environment variable holding the tenant secret (--vision-cache-salt)"
+    )
     group.add_argument(flag + "max-embedding-entries", type=int, default=defaults.max_embedding_entries)
     group.add_argument(flag + "max-embedding-bytes", default=defaults.max_embedding_bytes, help="e.g. 4GiB")
     group.add_argument(flag + "max-pixel-entries", type=int, default=defaults.max_pixel_entries)
