@@ -16,13 +16,28 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, ProcessorMixin
 
+from visioncache.bench.towers import VISION_TOWERS
+from visioncache.errors import ConfigurationError
+
 __all__ = [
     "image_only_processor",
     "import_without_torchvision",
     "random_model",
     "randomize_constant_parameters",
     "token_id",
+    "tower",
 ]
+
+
+def tower(family: str, vision: str) -> dict[str, Any]:
+    """``family``'s vision-tower configuration of size ``vision`` (``bench/towers.py``), a copy;
+    ConfigurationError where it has none of that size."""
+    sizes = VISION_TOWERS.get(family, {})
+    if vision not in sizes:
+        raise ConfigurationError(
+            f"--vision {vision} is not defined for {family}; its towers: {', '.join(sizes) or 'none'}"
+        )
+    return dict(sizes[vision])
 
 
 def token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:

@@ -185,6 +185,6 @@ def chat_prompt(request: Request, image_placeholder: str = IMAGE_PLACEHOLDER) ->
     return "".join(parts) + "<|im_start|>assistant\n"
 
 
-def question_prompt(question: str, num_images: int = 1) -> str:
+def question_prompt(question: str, num_images: int = 1, image_placeholder: str = IMAGE_PLACEHOLDER) -> str:
     """`chat_prompt` of one user turn: ``num_images`` image placeholders, then ``question``."""
-    return chat_prompt(Request(0, (Turn(tuple(range(num_images)), question),)))
+    return chat_prompt(Request(0, (Turn(tuple(range(num_images)), question),)), image_placeholder)

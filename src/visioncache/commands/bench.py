@@ -1,4 +1,5 @@
-"""``visioncache bench``: one chat workload through a real Qwen2-VL, with and without the cache.
+"""``visioncache bench``: one chat workload through a real VLM (Qwen2-VL; any described family with
+``--family``), with and without the cache.
 
 Modes, measured side by side: no cache (``off``), the reference's prompt-keyed pixel cache
 (``prompt_keyed``) and visioncache's per-image pixels and embeddings (``visioncache``).
@@ -10,6 +11,7 @@ they do not, 2 for a usage error (bad ``--model``, missing extra), reported with
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import Any
 
@@ -31,12 +33,22 @@ def add_parser(subparsers: Subparsers) -> None:
         help="measure the cache on a real Qwen2-VL with a multi-user chat workload",
         description=__doc__.splitlines()[0],
     )
+    from visioncache.bench.towers import VISION_TOWERS
+
     model = parser.add_argument_group("model")
+    model.add_argument(
+        "--family",
+        choices=tuple(VISION_TOWERS),
+        default="qwen2_vl",
+        help="model family of the random-weight model, its offline processor and its chat "
+        "placeholder (qwen2_vl)",
+    )
     model.add_argument(
         "--vision",
         choices=("tiny", "full"),
         default="tiny",
-        help="random-weight vision tower: tiny (fast) or full (Qwen2-VL-2B's)",
+        help="random-weight vision tower: tiny (fast) or full (a released checkpoint's, where "
+        "bench/towers.py knows it: Qwen2-VL-2B's for qwen2_vl)",
     )
     model.add_argument(
         "--model", metavar="PATH", help="a local checkpoint directory (Qwen2-VL, Qwen2.5-VL or Qwen3-VL)"
@@ -86,8 +98,10 @@ def add_parser(subparsers: Subparsers) -> None:
 def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """``(run_modes, model, processor)`` for ``args.engine``; a missing extra or a bad ``--model``
     is a ConfigurationError naming what to do."""
-    if args.model is not None and args.vision != "tiny":
-        raise ConfigurationError("--vision builds a random-weight model; it cannot go with --model")
+    if args.model is not None and (args.vision != "tiny" or args.family != "qwen2_vl"):
+        raise ConfigurationError("--vision and --family build a random-weight model; not with --model")
+    if args.family != "qwen2_vl" and (args.engine != "transformers" or args.video):
+        raise ConfigurationError("--family runs images on the transformers engine (no --video, no mlx)")
     if args.engine == "mlx":
         if args.model is not None:
             raise ConfigurationError("--model is not supported with --engine mlx (random weights only)")
@@ -101,16 +115,20 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         import torch
 
         from visioncache.bench import models, transformers_runner
+        from visioncache.bench.family_models import build_family_model
+        from visioncache.bench.vocabulary import IMAGE_PLACEHOLDER
     dtype = getattr(torch, args.dtype)
+    placeholder = IMAGE_PLACEHOLDER
     if args.model is not None:
         model, processor = models.load_model(args.model, dtype)
     else:
-        model, processor = models.build_offline_model("qwen2_vl", args.vision, dtype)
+        built = build_family_model(args.family, args.vision, dtype)
+        model, processor, placeholder = built.model, built.processor, built.placeholder
     try:
         model = model.to(args.device)
     except (RuntimeError, AssertionError) as error:
         raise ConfigurationError(f"cannot use --device {args.device}: {error}") from None
-    return transformers_runner.run_modes, model, processor
+    return functools.partial(transformers_runner.run_modes, placeholder=placeholder), model, processor
 
 
 def _print_table(rows: list[list[str]], title: str) -> None:
@@ -161,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     repeated = workload.repeated_only()
     tolerance = args.tolerance if args.tolerance is not None else TOLERANCES[args.dtype]
     engine = "mlx-vlm" if args.engine == "mlx" else f"transformers on {args.device}"
-    source = args.model or f"random-weight Qwen2-VL, {args.vision} vision tower, {engine}"
+    source = args.model or f"random-weight {args.family}, {args.vision} vision tower, {engine}"
     subtitle = (
         f"{source}, {args.dtype}; {len(workload.requests)} requests from {args.users} "
         f"users x {args.turns} turns, {workload.images_sent} images sent "
@@ -173,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
     settings: dict[str, Any] = {
         "command": command_line(),
         "model": source,
+        "family": args.family if args.model is None else None,
         "dtype": args.dtype,
         "users": args.users,
         "turns": args.turns,

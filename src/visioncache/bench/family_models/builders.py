@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 
 import torch
 
-from visioncache.bench.family_models import qwen
 from visioncache.bench.family_models.spec import FamilyModel
 from visioncache.errors import ConfigurationError
 
 __all__ = ["FAMILY_MODELS", "build_family_model"]
 
-# name -> builder(vision, dtype, seed); "full" vision only where the builder knows the tower.
-_BUILDERS: dict[str, Callable[[str, torch.dtype, int], FamilyModel]] = {
-    "qwen2_vl": lambda vision, dtype, seed: qwen.qwen_vl("qwen2_vl", vision, dtype, seed),
-    "qwen2_5_vl": lambda vision, dtype, seed: qwen.qwen_vl("qwen2_5_vl", vision, dtype, seed),
-    "qwen3_vl": lambda vision, dtype, seed: qwen.qwen_vl("qwen3_vl", vision, dtype, seed),
-    "qwen3_5": qwen.qwen3_5,
+# name -> (module of bench.family_models, its builder(vision, dtype, seed)); imported on use, so
+# a family whose transformers classes cannot be imported here fails alone.
+_BUILDERS: dict[str, tuple[str, str]] = {
+    "qwen2_vl": ("qwen", "qwen2_vl"),
+    "qwen2_5_vl": ("qwen", "qwen2_5_vl"),
+    "qwen3_vl": ("qwen", "qwen3_vl"),
+    "qwen3_5": ("qwen", "qwen3_5"),
+    "glm4v": ("patches", "glm4v"),
+    "gemma3": ("gemma", "gemma3"),
+    "gemma4": ("gemma", "gemma4"),
+    "mistral3": ("patches", "mistral3"),
+    "llava_onevision": ("tiles", "llava_onevision"),
+    "internvl": ("tiles", "internvl"),
+    "idefics3": ("tiles", "idefics3"),
+    "smolvlm": ("tiles", "smolvlm"),
 }
 FAMILY_MODELS = tuple(_BUILDERS)
 
@@ -27,7 +35,9 @@ def build_family_model(
 ) -> FamilyModel:
     """A random-weight ``family`` model and its offline processor; ConfigurationError for an
     unknown family or a tower size the family has no configuration for."""
-    builder = _BUILDERS.get(family)
-    if builder is None:
+    if family not in _BUILDERS:
         raise ConfigurationError(f"unknown model family {family!r}; choose one of {', '.join(FAMILY_MODELS)}")
-    return builder(vision, dtype, seed)
+    module, builder = _BUILDERS[family]
+    build = getattr(importlib.import_module(f"visioncache.bench.family_models.{module}"), builder)
+    built: FamilyModel = build(vision, dtype, seed)
+    return built

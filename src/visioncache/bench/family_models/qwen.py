@@ -10,15 +10,27 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 
 from visioncache.bench.family_models.spec import TINY_TEXT, FamilyModel
 from visioncache.bench.models import build_offline_model
-from visioncache.bench.offline import image_only_processor, token_id
+from visioncache.bench.offline import image_only_processor, token_id, tower
 from visioncache.bench.vocabulary import IMAGE_PLACEHOLDER, build_tokenizer
 
-__all__ = ["qwen3_5", "qwen_vl"]
+__all__ = ["qwen2_5_vl", "qwen2_vl", "qwen3_5", "qwen3_vl", "qwen_vl"]
 
 
 def qwen_vl(family: str, vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
     model, processor = build_offline_model(family, vision, dtype, seed)
     return FamilyModel(family, model, processor, IMAGE_PLACEHOLDER)
+
+
+def qwen2_vl(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
+    return qwen_vl("qwen2_vl", vision, dtype, seed)
+
+
+def qwen2_5_vl(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
+    return qwen_vl("qwen2_5_vl", vision, dtype, seed)
+
+
+def qwen3_vl(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
+    return qwen_vl("qwen3_vl", vision, dtype, seed)
 
 
 def qwen3_5(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
@@ -44,17 +56,7 @@ def qwen3_5(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
             "linear_value_head_dim": 16,
             "rope_parameters": {**rope, "partial_rotary_factor": 1.0},
         },
-        vision_config=dict(
-            depth=2,
-            hidden_size=32,
-            num_heads=4,
-            intermediate_size=64,
-            out_hidden_size=64,
-            patch_size=16,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            num_position_embeddings=256,
-        ),
+        vision_config={**tower("qwen3_5", vision), "spatial_merge_size": 2, "temporal_patch_size": 2},
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),

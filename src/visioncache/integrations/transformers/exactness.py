@@ -55,7 +55,8 @@ class Exactness:
         family: ``config.model_type``.
         batched: misses are encoded together (True) or one by one (False, see ``reason``).
         reason: why batching is off; empty when it is on.
-        max_difference: the largest logit difference from transformers' forward on the probes.
+        max_difference: the largest difference measured on the probes (logits against
+            transformers' forward, embeddings batched against alone).
     """
 
     family: str
@@ -127,16 +128,14 @@ class _Probe:
         )
 
 
-def _encode_alone(probe: _Probe, entries: list[dict[str, Any]], variant: str | None) -> list[dict[str, Any]]:
-    return [probe.encoder.encode([entry], variant)[0] for entry in entries]
-
-
-def _check_alone(probe: _Probe, images: list[Image.Image]) -> None:
-    """Property 1: each image alone reproduces transformers' forward on it."""
+def _check_alone(probe: _Probe, images: list[Image.Image]) -> list[dict[str, Any]]:
+    """Property 1: each image alone reproduces transformers' forward on it. Returns the values."""
     encoder = probe.encoder
+    values = []
     for index, image in enumerate(images):
         variant = encoder.family.variant_of(1)
         value = encoder.encode([encoder.preprocess(image, variant)], variant)[0]
+        values.append(value)
         reference = probe.reference([image])
         inputs, logits = probe.ours([value], f"probe image {index} alone")
         ours, theirs = inputs["input_ids"], reference["input_ids"]
@@ -151,6 +150,7 @@ def _check_alone(probe: _Probe, images: list[Image.Image]) -> None:
                 f"embeddings: probe image {index} encoded alone gives logits {difference:.3g} away "
                 "from transformers' forward"
             )
+    return values
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -167,12 +167,17 @@ def _same_values(probe: _Probe, batched: list[dict[str, Any]], alone: list[dict[
     return True
 
 
-def _check_batch(probe: _Probe, images: list[Image.Image]) -> tuple[bool, str]:
-    """Properties 2 and 3: one tower call for both images, and the two-image prompt."""
+def _check_batch(probe: _Probe, images: list[Image.Image], single: list[dict[str, Any]]) -> tuple[bool, str]:
+    """Properties 2 and 3: one tower call for both images, and the two-image prompt.
+    ``single``: the images' values encoded alone, reused where an image among others is
+    prepared as alone (no variants): the check's tower calls are its cost."""
     encoder = probe.encoder
     variant = encoder.family.variant_of(len(images))
     entries = [encoder.preprocess(image, variant) for image in images]
-    alone = _encode_alone(probe, entries, variant)
+    if variant == encoder.family.variant_of(1):
+        alone = single
+    else:
+        alone = [encoder.encode([entry], variant)[0] for entry in entries]
     batched = encoder.encode(entries, variant)
     reference = probe.logits(probe.reference(images))
     _, from_alone = probe.ours(alone, "the probe images encoded one by one")
@@ -212,8 +217,7 @@ def check_exactness(encoder: FamilyEncoder, namespace: str) -> Exactness:
     was_training = bool(getattr(encoder.model, "training", False))
     encoder.model.eval()
     try:
-        _check_alone(probe, images)
-        batched, reason = _check_batch(probe, images)
+        batched, reason = _check_batch(probe, images, _check_alone(probe, images))
     finally:
         encoder.model.train(was_training)
     result = Exactness(encoder.family.name, batched, reason, probe.max_difference)

@@ -6,11 +6,20 @@ from typing import Any
 
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.transformers.families.description import Family
+from visioncache.integrations.transformers.families.gemma import GEMMA3, GEMMA4
+from visioncache.integrations.transformers.families.glm import GLM4V
+from visioncache.integrations.transformers.families.idefics import IDEFICS3, SMOLVLM
+from visioncache.integrations.transformers.families.internvl import INTERNVL
+from visioncache.integrations.transformers.families.llava import LLAVA_ONEVISION
+from visioncache.integrations.transformers.families.mistral import MISTRAL3
 from visioncache.integrations.transformers.families.qwen import QWEN2_5_VL, QWEN2_VL, QWEN3_5, QWEN3_VL
 
 __all__ = ["FAMILIES", "family_for"]
 
-_DESCRIBED = (QWEN2_VL, QWEN2_5_VL, QWEN3_VL, QWEN3_5)
+_DESCRIBED = (
+    *(QWEN2_VL, QWEN2_5_VL, QWEN3_VL, QWEN3_5, GLM4V),
+    *(GEMMA3, GEMMA4, MISTRAL3, LLAVA_ONEVISION, INTERNVL, IDEFICS3, SMOLVLM),
+)
 FAMILIES: dict[str, Family] = {family.name: family for family in _DESCRIBED}
 
 

@@ -1,0 +1,186 @@
+"""Offline models of the tiled families: InternVL, Idefics3, SmolVLM, LLaVA-OneVision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import (
+    Idefics3Config,
+    Idefics3ForConditionalGeneration,
+    Idefics3Processor,
+    InternVLConfig,
+    InternVLForConditionalGeneration,
+    InternVLProcessor,
+    LlavaOnevisionConfig,
+    LlavaOnevisionForConditionalGeneration,
+    LlavaOnevisionProcessor,
+    SmolVLMConfig,
+    SmolVLMForConditionalGeneration,
+    SmolVLMProcessor,
+)
+from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
+from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
+    LlavaOnevisionImageProcessorPil,
+)
+from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
+
+from visioncache.bench.family_models.spec import TINY_TEXT, FamilyModel
+from visioncache.bench.offline import (
+    image_only_processor,
+    random_model,
+    token_id,
+    tower,
+)
+from visioncache.bench.vocabulary import WORDS, build_tokenizer
+
+__all__ = ["idefics3", "internvl", "llava_onevision", "smolvlm"]
+
+_CHATML = ("<|im_start|>", "<|im_end|>")
+_ROW_COL = tuple(f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7))
+
+
+def _text(tokenizer: Any, model_type: str) -> dict[str, Any]:
+    end = token_id(tokenizer, "<|endoftext|>")
+    return {
+        **TINY_TEXT,
+        "model_type": model_type,
+        "vocab_size": len(tokenizer),
+        "pad_token_id": end,
+        "eos_token_id": end,
+    }
+
+
+def _tokens_per_tile(vision_config: dict[str, Any], merge: int) -> int:
+    """Patch features per tile after a ``merge`` x ``merge`` pixel shuffle."""
+    return (int(vision_config["image_size"]) // int(vision_config["patch_size"]) // merge) ** 2
+
+
+def internvl(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
+    """InternVL: up to 4 tiles (12 with the full tower) plus a thumbnail, pixel-shuffled 2x2."""
+    vision_config = tower("internvl", vision)
+    side, tokens = int(vision_config["image_size"]), _tokens_per_tile(vision_config, 2)
+    named = {
+        "start_image_token": "<img>",
+        "end_image_token": "</img>",
+        "context_image_token": "<IMG_CONTEXT>",
+        "video_token": "<video>",
+    }
+    tokenizer = build_tokenizer(WORDS, _CHATML, named, eos="<|endoftext|>", pad="<|endoftext|>")
+    config = InternVLConfig(
+        text_config=_text(tokenizer, "qwen2"),
+        vision_config={
+            **vision_config,
+            "image_size": [side, side],
+            "patch_size": [vision_config["patch_size"]] * 2,
+        },
+        image_token_id=token_id(tokenizer, "<IMG_CONTEXT>"),
+        image_seq_length=tokens,
+    )
+    model = random_model(InternVLForConditionalGeneration, config, dtype, seed)
+    image_processor = GotOcr2ImageProcessorPil(
+        size={"height": side, "width": side}, crop_to_patches=True, max_patches=4 if vision == "tiny" else 12
+    )
+    processor = image_only_processor(
+        InternVLProcessor, image_processor=image_processor, tokenizer=tokenizer, image_seq_length=tokens
+    )
+    return FamilyModel("internvl", model, processor, "<IMG_CONTEXT>")
+
+
+def _idefics_tokenizer(named: dict[str, str]) -> Any:
+    return build_tokenizer(
+        WORDS,
+        (*_CHATML, "<end_of_utterance>", "<global-img>", *_ROW_COL),
+        {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>", **named},
+        eos="<|endoftext|>",
+        pad="<|endoftext|>",
+    )
+
+
+def _tiled(family: str, vision: str, dtype: torch.dtype, seed: int, named: dict[str, str]) -> FamilyModel:
+    """Idefics3 or SmolVLM: images resized (longest edge 2 tiles tiny, 4 full) and split into
+    tiles of the tower's size plus a global image, pixel-shuffled 2x2."""
+    classes: dict[str, tuple[Any, Any, Any, Any]] = {
+        "idefics3": (
+            Idefics3Config,
+            Idefics3ForConditionalGeneration,
+            Idefics3Processor,
+            Idefics3ImageProcessorPil,
+        ),
+        "smolvlm": (
+            SmolVLMConfig,
+            SmolVLMForConditionalGeneration,
+            SmolVLMProcessor,
+            SmolVLMImageProcessorPil,
+        ),
+    }
+    config_class, model_class, processor_class, image_processor_class = classes[family]
+    vision_config = tower(family, vision)
+    side, tokens = int(vision_config["image_size"]), _tokens_per_tile(vision_config, 2)
+    tokenizer = _idefics_tokenizer(named)
+    config = config_class(
+        text_config=_text(tokenizer, "llama"),
+        vision_config=vision_config,
+        image_token_id=token_id(tokenizer, "<image>"),
+        scale_factor=2,
+    )
+    model = random_model(model_class, config, dtype, seed)
+    image_processor = image_processor_class(
+        size={"longest_edge": side * (2 if vision == "tiny" else 4)}, max_image_size={"longest_edge": side}
+    )
+    processor = image_only_processor(
+        processor_class, image_processor=image_processor, tokenizer=tokenizer, image_seq_len=tokens
+    )
+    return FamilyModel(family, model, processor, "<image>")
+
+
+def idefics3(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
+    return _tiled("idefics3", vision, dtype, seed, {})
+
+
+def smolvlm(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
+    """SmolVLM (SmolVLM2's processor)."""
+    named = {
+        "global_image_token": "<global-img>",
+        "end_of_utterance_token": "<end_of_utterance>",
+        "video_token": "<video>",
+    }
+    return _tiled("smolvlm", vision, dtype, seed, named)
+
+
+def llava_onevision(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
+    """LLaVA-OneVision: base patches of the tower's size, anyres grids up to 3 patches tiny (the
+    processor's own grids full)."""
+    vision_config = tower("llava_onevision", vision)
+    side = int(vision_config["image_size"])
+    tokenizer = build_tokenizer(
+        WORDS,
+        _CHATML,
+        {"image_token": "<image>", "video_token": "<video>"},
+        eos="<|endoftext|>",
+        pad="<|endoftext|>",
+    )
+    pinpoints = [
+        [side * rows, side * cols] for rows, cols in ((1, 1), (1, 2), (2, 1), (2, 2), (1, 3), (3, 1))
+    ]
+    grids: dict[str, Any] = {"image_grid_pinpoints": pinpoints} if vision == "tiny" else {}
+    image_processor = LlavaOnevisionImageProcessorPil(size={"height": side, "width": side}, **grids)
+    config = LlavaOnevisionConfig(
+        text_config=_text(tokenizer, "qwen2"),
+        vision_config={**vision_config, "model_type": "siglip_vision_model"},
+        image_token_index=token_id(tokenizer, "<image>"),
+        video_token_index=token_id(tokenizer, "<video>"),
+        image_grid_pinpoints=image_processor.image_grid_pinpoints,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+    )
+    model = random_model(LlavaOnevisionForConditionalGeneration, config, dtype, seed)
+    processor = image_only_processor(
+        LlavaOnevisionProcessor,
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        num_image_tokens=(side // int(vision_config["patch_size"])) ** 2,
+        vision_feature_select_strategy="full",
+    )
+    return FamilyModel("llava_onevision", model, processor, "<image>")
