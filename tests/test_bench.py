@@ -161,7 +161,7 @@ def test_bench_exits_nonzero_when_logits_differ(tmp_path: Path, monkeypatch: pyt
     from visioncache.bench import transformers_runner
     from visioncache.commands import bench
 
-    def run_modes(model: Any, processor: Any, workload: Any, *args: Any) -> Any:
+    def run_modes(model: Any, processor: Any, workload: Any, *args: Any, **options: Any) -> Any:
         requests = len(workload.requests)
         return [mode(name, [0.5] * requests, wall_s=2.0) for name in MODES], 0.25
 
