@@ -10,6 +10,7 @@ tiers' locks, connections and SQLite are in tests/tiers/test_fork_tiers.py.
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import threading
@@ -117,3 +118,52 @@ def test_fork_waits_for_a_lock_holder_not_forever() -> None:
     assert waited >= 0.1  # the fork began while the lock was held and waited for its release
     assert lock.acquire(timeout=1.0)
     lock.release()
+
+
+def test_regression_child_forked_inside_the_weights_memo_lock_waits_forever(tmp_path: Path) -> None:
+    """`weights_digest`'s memo lock was a plain lock: a child forked while a thread updated the
+    memo waited forever at its first model fingerprint."""
+    from visioncache.integrations import fingerprint
+
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    with held_by_another_thread(fingerprint._weights_lock):
+        outcome = run_in_child(lambda: fingerprint.weights_digest(tmp_path) is not None)
+    assert outcome == "ok", f"the child's first weights digest {outcome}"
+
+
+def test_regression_child_forked_inside_the_stage_times_lock_waits_forever() -> None:
+    """The transformers adapter's `StageTimes` counted under a plain lock (the same defect)."""
+    pytest.importorskip("transformers")
+    from visioncache.integrations.transformers.model import StageTimes
+
+    times = StageTimes()
+
+    def count() -> bool:
+        times.add(encoded=1)
+        return times.images_encoded == 1
+
+    with held_by_another_thread(times._lock):
+        outcome = run_in_child(count)
+    assert outcome == "ok", f"the child's first StageTimes.add {outcome}"
+
+
+def test_regression_child_forked_inside_the_mlx_self_check_lock_waits_forever() -> None:
+    """The mlx family self-check's results lock (the same defect)."""
+    pytest.importorskip("mlx_vlm")
+    from visioncache.integrations.mlx_vlm.families import selfcheck
+
+    with held_by_another_thread(selfcheck._lock):
+        outcome = run_in_child(lambda: selfcheck._lock.acquire(timeout=2.0))
+    assert outcome == "ok", f"the child's first self-check lookup {outcome}"
+
+
+def test_regression_child_forked_while_vllm_mlx_is_installing_waits_forever() -> None:
+    """The vllm-mlx installation's lock is not a leaf (installing imports vllm-mlx), so it is not
+    taken across a fork: a child forked while a thread held it waited forever at its first
+    install() or uninstall(); a child now gets a new one."""
+    pytest.importorskip("vllm_mlx")
+    install = importlib.import_module("visioncache.integrations.vllm_mlx.install")
+
+    with held_by_another_thread(install._lock):
+        outcome = run_in_child(lambda: install._lock.acquire(timeout=2.0))
+    assert outcome == "ok", f"the child's first install() {outcome}"

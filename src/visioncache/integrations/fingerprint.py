@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from blake3 import blake3
 
+from visioncache import forking
 from visioncache.identity import frame
 
 __all__ = ["WEIGHT_SUFFIXES", "fingerprint", "stable_json", "weights_digest"]
@@ -23,7 +23,7 @@ __all__ = ["WEIGHT_SUFFIXES", "fingerprint", "stable_json", "weights_digest"]
 # Files that hold model weights, in the formats torch, mlx and llama.cpp checkpoints use.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".npz", ".gguf")
 _weights_memo: dict[tuple[tuple[str, int, int], ...], str] = {}
-_weights_lock = threading.Lock()
+_weights_lock = forking.lock()  # a leaf: the memo only, never held while hashing
 
 
 def stable_json(value: object) -> str:

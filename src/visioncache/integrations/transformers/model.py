@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, ProcessorMixin
 
+from visioncache import forking
 from visioncache.integrations.fingerprint import fingerprint, stable_json
 from visioncache.integrations.transformers.families import FAMILIES, Family, family_for
 
@@ -52,7 +53,7 @@ class StageTimes:
     frames_preprocessed: int = 0  # video frames resized and normalised
     patches_encoded: int = 0  # video temporal patches through the vision tower
     encoder_calls: int = 0  # vision-tower calls for images (one per batch of misses, or per image)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=forking.lock, repr=False, compare=False)
 
     def add(
         self,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import threading
 from types import ModuleType
 from typing import Any
@@ -58,6 +59,8 @@ from visioncache.integrations.vllm_mlx.step import EngineState
 __all__ = ["Installation", "install", "installed"]
 
 logger = logging.getLogger(__name__)
+# Not leaves (installing imports vllm-mlx; building an engine's state builds its tiers), so not
+# `forking.lock()`s taken across a fork: a child gets them fresh instead (`_renew_locks_in_child`).
 _lock = threading.Lock()
 _installed: Installation | None = None
 
@@ -174,3 +177,17 @@ def install(settings: VisionCacheSettings | None = None, **options: Any) -> Inst
 def installed() -> Installation | None:
     """The active installation, if any."""
     return _installed
+
+
+def _renew_locks_in_child() -> None:
+    """A child forked while one of the parent's threads installed or built an engine's state
+    would inherit that lock held by a thread it does not have, and wait forever at its first
+    use: it gets new ones. An engine state the thread was building is built again on first use
+    (it was not yet in ``engines``); an installation half applied stays as the parent had it."""
+    global _lock
+    _lock = threading.Lock()
+    if _installed is not None:
+        _installed._engines_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_locks_in_child)

@@ -19,7 +19,6 @@ where it does not, an engine must not reuse KV across image prompts.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from visioncache import ConfigurationError
+from visioncache import ConfigurationError, forking
 from visioncache.integrations.mlx_vlm.families.base import Family, ImageValue
 from visioncache.integrations.mlx_vlm.families.kvcheck import split_prefill_exact
 from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
@@ -37,7 +36,7 @@ __all__ = ["Exactness", "check_family", "probe_images"]
 
 _PROBE_SIZES = ((48, 72), (72, 56))  # (height, width): two grids / tile layouts
 _results: dict[tuple[int, int], Exactness] = {}
-_lock = threading.Lock()
+_lock = forking.lock()  # a leaf: the results only, never held while checking
 
 
 @dataclass(frozen=True)
