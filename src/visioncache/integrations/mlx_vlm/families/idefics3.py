@@ -43,6 +43,10 @@ class Idefics3(Family):
     name = "Idefics3"
     model_types: ClassVar[frozenset[str]] = frozenset({"idefics3"})
     processor_classes: ClassVar[frozenset[str]] = frozenset({"Idefics3Processor"})
+    # mlx-vlm's module expanding the placeholder, and its keyword and the processor's attribute
+    # for the global image's token (the two families spell them differently)
+    prompt_module: ClassVar[str] = "mlx_vlm.models.idefics3.processing_idefics3"
+    global_token: ClassVar[tuple[str, str]] = ("global_img_token", "global_image_tag")
     positions = "1-D RoPE"
 
     # ---- one image ---------------------------------------------------------------------------
@@ -99,14 +103,15 @@ class Idefics3(Family):
 
     # ---- its placeholder ---------------------------------------------------------------------
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
-        module: Any = importlib.import_module("mlx_vlm.models.idefics3.processing_idefics3")
+        module: Any = importlib.import_module(self.prompt_module)
+        keyword, attribute = self.global_token
         text: str = module.get_image_prompt_string(
             int(layout["rows"]),
             int(layout["cols"]),
             getattr(processor, "image_seq_len"),  # noqa: B009
             fake_token_around_image=getattr(processor, "fake_image_token"),  # noqa: B009
             image_token=self.placeholder(processor),
-            global_img_token=getattr(processor, "global_image_tag"),  # noqa: B009
+            **{keyword: getattr(processor, attribute)},
         )
         return text
 
@@ -186,18 +191,8 @@ class SmolVLM(Idefics3):
     name = "SmolVLM"
     model_types: ClassVar[frozenset[str]] = frozenset({"smolvlm"})
     processor_classes: ClassVar[frozenset[str]] = frozenset({"SmolVLMProcessor"})
-
-    def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
-        module: Any = importlib.import_module("mlx_vlm.models.smolvlm.processing_smolvlm")
-        text: str = module.get_image_prompt_string(
-            int(layout["rows"]),
-            int(layout["cols"]),
-            getattr(processor, "image_seq_len"),  # noqa: B009
-            fake_token_around_image=getattr(processor, "fake_image_token"),  # noqa: B009
-            image_token=self.placeholder(processor),
-            global_image_token=getattr(processor, "global_image_token"),  # noqa: B009
-        )
-        return text
+    prompt_module: ClassVar[str] = "mlx_vlm.models.smolvlm.processing_smolvlm"
+    global_token: ClassVar[tuple[str, str]] = ("global_image_token", "global_image_token")
 
 
 def _tokens_per_tile(model: Model) -> int:
