@@ -47,7 +47,10 @@ def ec_config(role: str = "ec_both", **extra: object) -> dict[str, Any]:
 def engine_env(encoder_log: Path, *, server: bool = False, **extra: str) -> dict[str, str]:
     """Environment of a vLLM process: offline, visioncache importable, encoder calls counted (a
     server's processes through ``site/sitecustomize.py``; `engine_run` wraps the model itself)."""
-    paths = [str(ROOT), str(ROOT / "tests" / "vllm_ec" / "site")] if server else [str(ROOT)]
+    # This tree's own src first: a run of a copy of the tree tests that copy, not the editable install.
+    paths = [str(ROOT / "src"), str(ROOT)]
+    if server:
+        paths.append(str(ROOT / "tests" / "vllm_ec" / "site"))
     return {
         **os.environ,
         "HF_HUB_OFFLINE": "1",

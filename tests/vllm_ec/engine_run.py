@@ -18,9 +18,32 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.vllm_ec.workload import BENCH, BUDGET, MAIN, OTHER, WARM_UP_SEED, Workload, image_data_url
+from tests.vllm_ec.workload import (
+    BENCH,
+    BUDGET,
+    CLIENT_ID_A,
+    CLIENT_ID_A_RENAMED,
+    CLIENT_ID_B,
+    CLIENT_ID_KWARGS_A,
+    CLIENT_ID_KWARGS_B,
+    MAIN,
+    OTHER,
+    WARM_UP_SEED,
+    Workload,
+    image_data_url,
+)
 
-WORKLOADS = {"main": MAIN, "other": OTHER, "budget": BUDGET, "bench": BENCH}
+WORKLOADS = {
+    "main": MAIN,
+    "other": OTHER,
+    "budget": BUDGET,
+    "bench": BENCH,
+    "client-id-a": CLIENT_ID_A,
+    "client-id-b": CLIENT_ID_B,
+    "client-id-kwargs-a": CLIENT_ID_KWARGS_A,
+    "client-id-kwargs-b": CLIENT_ID_KWARGS_B,
+    "client-id-a-renamed": CLIENT_ID_A_RENAMED,
+}
 TOP_LOGPROBS = 5
 MAX_TOKENS = 6
 KV_CACHE_BYTES = 64 * 2**20
@@ -68,7 +91,12 @@ def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
     for user, turn in workload.requests():
         started = time.perf_counter()
         try:
-            result = llm.chat(workload.messages(user, turn, replies), params, use_tqdm=False)[0]
+            result = llm.chat(
+                workload.messages(user, turn, replies),
+                params,
+                use_tqdm=False,
+                mm_processor_kwargs=dict(workload.processor_kwargs) or None,
+            )[0]
         except Exception as error:  # counted: the tests require none
             print(f"request failed: {error!r}", file=sys.stderr)
             failed += 1

@@ -129,6 +129,9 @@ def chat(
     import openai
 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    extra_body: dict[str, Any] = {"return_tokens_as_token_ids": True}
+    if workload.processor_kwargs:
+        extra_body["mm_processor_kwargs"] = dict(workload.processor_kwargs)
     outputs, first_token_seconds, failed = [], [], 0
     for user, turn in requests:
         started = time.perf_counter()
@@ -141,7 +144,7 @@ def chat(
                 logprobs=True,
                 top_logprobs=TOP_LOGPROBS,
                 stream=True,
-                extra_body={"return_tokens_as_token_ids": True},
+                extra_body=extra_body,
             )
             text, tokens, logprobs, first = "", [], [], None
             for chunk in stream:

@@ -7,7 +7,6 @@ import pytest
 from tests.vllm_ec.conftest import EngineRunner, ec_config
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.vllm.config import ConnectorConfig
-from visioncache.integrations.vllm.item_store import is_engine_hash
 
 
 def test_a_full_configuration_parses() -> None:
@@ -31,7 +30,7 @@ def test_a_full_configuration_parses() -> None:
     assert tiers.secrets == (b"new-secret", b"old-secret")  # the first signs, both verify
     assert tiers.max_pending_write_bytes == 64 * 2**20
     assert tiers.redis_cluster and tiers.retry_interval == 2.0 and tiers.redis_ttl == 3600
-    assert config.namespace == "ops/qwen2-vl@3" and not config.trust_client_uuids
+    assert config.namespace == "ops/qwen2-vl@3"
 
 
 @pytest.mark.parametrize(
@@ -46,19 +45,13 @@ def test_a_full_configuration_parses() -> None:
         ({"disk_dir": "/nonexistent/vc", "redis_timeout": 0}, "redis_timeout"),
         ({"disk_dir": "/nonexistent/vc", "redis_cluster": "yes"}, "redis_cluster"),
         ({"disk_dir": ""}, "disk_dir"),
+        ({"disk_dir": "/nonexistent/vc", "trust_client_uuids": True}, "keyed by the encoder's inputs"),
     ],
 )
 def test_configuration_mistakes_are_named(extra: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError, match="ec_connector_extra_config") as error:
         ConnectorConfig.from_extra_config(extra, environ={})
     assert message in str(error.value)
-
-
-def test_client_supplied_ids_are_not_content_hashes() -> None:
-    assert is_engine_hash("a" * 64) and is_engine_hash("b" * 128)
-    assert is_engine_hash("my-lora:" + "c" * 64)  # vLLM's LoRA prefix on its own hash
-    assert not is_engine_hash("user-image-42")  # a multi_modal_uuids value: not cached by default
-    assert not is_engine_hash("A" * 64)
 
 
 def test_a_configuration_error_fails_vllm_start_up_with_the_message(run_engine: EngineRunner) -> None:

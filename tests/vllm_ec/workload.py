@@ -38,6 +38,8 @@ class Workload:
     first_seed: int = 0
     image_size: tuple[int, int] | None = None  # None: sizes vary by seed
     spread: bool = False  # two images every turn, spread over the pool (many distinct prefixes)
+    uuid: str | None = None  # a client-chosen ID on every image part (vLLM's "uuid")
+    processor_kwargs: tuple[tuple[str, int], ...] = ()  # the request's mm_processor_kwargs
 
     def turn_images(self, user: int, turn: int) -> list[int]:
         """Seeds of the images the user adds at this turn (one or two, shared between users)."""
@@ -58,14 +60,20 @@ class Workload:
         messages: list[dict[str, Any]] = []
         for earlier in range(turn + 1):
             content: list[dict[str, Any]] = [
-                {"type": "image_url", "image_url": {"url": image_data_url(seed, self.image_size)}}
-                for seed in self.turn_images(user, earlier)
+                self._image_part(seed) for seed in self.turn_images(user, earlier)
             ]
             content.append({"type": "text", "text": QUESTIONS[(user + earlier) % len(QUESTIONS)]})
             messages.append({"role": "user", "content": content})
             if earlier < turn:
                 messages.append({"role": "assistant", "content": replies[(user, earlier)]})
         return messages
+
+    def _image_part(self, seed: int) -> dict[str, Any]:
+        url = image_data_url(seed, self.image_size)
+        part: dict[str, Any] = {"type": "image_url", "image_url": {"url": url}}
+        if self.uuid is not None:
+            part["uuid"] = self.uuid
+        return part
 
     @property
     def images_sent(self) -> int:
@@ -92,3 +100,18 @@ OTHER = Workload(first_seed=100)
 # The benchmark's images: 448x448, 256 embeddings each (its model allows that many pixels).
 BENCH = Workload(first_seed=300, image_size=(448, 448))
 BUDGET = Workload(distinct=12, first_seed=200, image_size=(224, 224), spread=True)
+# One image named by a client's ID, then another image under the same ID: vLLM takes a 64-hex ID
+# as the item identifier itself, and hashes any ID together with the request's processor options
+# into an identifier that looks like a content hash.
+CLIENT_HEX_ID = "ab" * 32
+CLIENT_ID_A = Workload(users=1, turns=1, distinct=1, first_seed=400, uuid=CLIENT_HEX_ID)
+CLIENT_ID_B = Workload(users=1, turns=1, distinct=1, first_seed=401, uuid=CLIENT_HEX_ID)
+CLIENT_KWARGS = (("max_pixels", 224 * 224),)  # the tiny model's own setting: only the hash changes
+CLIENT_ID_KWARGS_A = Workload(
+    users=1, turns=1, distinct=1, first_seed=400, uuid="client-chosen", processor_kwargs=CLIENT_KWARGS
+)
+CLIENT_ID_KWARGS_B = Workload(
+    users=1, turns=1, distinct=1, first_seed=401, uuid="client-chosen", processor_kwargs=CLIENT_KWARGS
+)
+# The first image again under another ID: the same content.
+CLIENT_ID_A_RENAMED = Workload(users=1, turns=1, distinct=1, first_seed=400, uuid="cd" * 32)

@@ -2,7 +2,7 @@
 
 The tier keys are `visioncache.tiers.TierSettings`'s (``disk_dir``, ``redis_url``,
 ``hmac_secret_env``, ...: docs/tiers.md), read and checked by it; the connector adds
-``namespace`` and ``trust_client_uuids``. Every key is checked before anything starts, and an
+``namespace``. Every key is checked before anything starts, and an
 unknown key is an error (a typo must not silently turn a tier off): a bad configuration fails
 vLLM's start-up with a message naming the key. The HMAC secret is never in the configuration
 itself (it would be logged and copied into every process's arguments); the configuration names
@@ -20,7 +20,12 @@ from visioncache.tiers import TierSettings
 __all__ = ["ConnectorConfig"]
 
 _PREFIX = "ec_connector_extra_config"
-_OWN_KEYS = ("namespace", "trust_client_uuids")
+_OWN_KEYS = ("namespace",)
+# Removed keys, each with why: an old configuration fails with the reason, not "unknown key".
+_REMOVED = {
+    "trust_client_uuids": "entries are keyed by the encoder's inputs, never by an item's identifier, so "
+    "items named by a client (multi_modal_uuids) are cached as safely as any: remove the key",
+}
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,6 @@ class ConnectorConfig:
 
     tiers: TierSettings
     namespace: str | None = None
-    trust_client_uuids: bool = False
 
     @classmethod
     def from_extra_config(
@@ -37,18 +41,17 @@ class ConnectorConfig:
     ) -> ConnectorConfig:
         """Parse the tier keys (`TierSettings.from_mapping`; at least one of ``disk_dir`` and
         ``redis_url`` is required) and the connector's own: ``namespace`` replaces the derived
-        namespace (weights, processor, dtype, hash algorithm) — only for operators who version
-        their models themselves; ``trust_client_uuids`` (default false) caches items whose
-        identifier is a client-supplied ``multi_modal_uuids`` value rather than vLLM's content hash.
+        namespace (weights, processor, dtype, versions) — only for operators who version their
+        models themselves.
         """
         settings = dict(extra or {})
+        for key, reason in _REMOVED.items():
+            if key in settings:
+                raise ConfigurationError(f"{_PREFIX}.{key} no longer exists: {reason}")
         tiers = TierSettings.from_mapping(settings, environ=environ, context=_PREFIX, other_keys=_OWN_KEYS)
         if not tiers.configured:
             raise ConfigurationError(f"{_PREFIX}: set 'disk_dir', 'redis_url' or both (no tier configured)")
         namespace = settings.get("namespace")
         if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
             raise ConfigurationError(f"{_PREFIX}.namespace: expected a non-empty string, got {namespace!r}")
-        trust = settings.get("trust_client_uuids", False)
-        if not isinstance(trust, bool):
-            raise ConfigurationError(f"{_PREFIX}.trust_client_uuids: expected true or false, got {trust!r}")
-        return cls(tiers=tiers, namespace=namespace, trust_client_uuids=trust)
+        return cls(tiers=tiers, namespace=namespace)

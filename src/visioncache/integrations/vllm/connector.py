@@ -6,11 +6,15 @@ Load it out of tree (the vLLM releases in `versions.SUPPORTED`)::
         "ec_connector_module_path": "visioncache.integrations.vllm", "ec_role": "ec_both",
         "ec_connector_extra_config": {"disk_dir": "/var/cache/visioncache", "disk_max_bytes": "20GiB"}}'
 
+Keys. An entry is keyed by what the encoder is given for the item (its processed inputs, hashed
+by the scheduler: `encoder_inputs`), never by vLLM's item identifier, which a client can choose.
+
 How the two halves meet. The scheduler half (EngineCore) and the worker half share no memory, so
 the scheduler does the reading: when vLLM asks ``has_cache_item`` for an item it would otherwise
 encode, the connector loads the entry from the tiers, verifies it (digest or HMAC, dtype, and the
 number of embeddings the request's placeholders expect) and holds it. Only then does it answer
-True, and the verified tensor travels to the workers inside the step's connector metadata. So an
+True, and the verified tensor travels to the workers inside the step's connector metadata, with
+the key of each item the workers encode instead. So an
 entry that is evicted, corrupted or whose tier dies after the answer cannot fail the request:
 nothing is read again. Any failure before the answer is a miss, and vLLM encodes the item as usual.
 A tier that fails costs at most one timeout per ``retry_interval`` (its circuit breaker).
@@ -37,6 +41,7 @@ from vllm.distributed.ec_transfer.ec_connector.base import (  # isort: skip  (af
     ECConnectorRole,
 )
 
+from visioncache import CacheStats, ConfigurationError
 from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.integrations.vllm.counters import ConnectorCounters
 from visioncache.integrations.vllm.engine_stats import (
@@ -46,8 +51,8 @@ from visioncache.integrations.vllm.engine_stats import (
 )
 from visioncache.integrations.vllm.item_store import ItemStore, build_chain
 from visioncache.integrations.vllm.namespace import engine_namespace
+from visioncache.integrations.vllm.scheduled_items import ScheduledItems
 from visioncache.integrations.vllm.staging import VerifiedItems
-from visioncache.stats import CacheStats
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -64,9 +69,11 @@ _STAGED_MAX_BYTES = 512 * 2**20
 
 @dataclass
 class VisionCacheECMetadata(ECConnectorMetadata):  # type: ignore[misc]  # vLLM is untyped for mypy
-    """One step's loads: item identifier -> verified encoder output (host memory)."""
+    """One step's loads (item identifier -> verified encoder output, host memory) and the key of
+    each item the workers encode (identifier -> encoder-input digest, hex)."""
 
     loads: dict[str, torch.Tensor] = field(default_factory=dict)
+    saves: dict[str, str] = field(default_factory=dict)
 
 
 class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is untyped for mypy
@@ -76,12 +83,12 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         super().__init__(vllm_config=vllm_config, role=role)
         transfer = vllm_config.ec_transfer_config
         self.config = ConnectorConfig.from_extra_config(transfer.ec_connector_extra_config)
+        _require_inputs_in_the_scheduler(vllm_config)
         self._dtype: torch.dtype = vllm_config.model_config.dtype
-        versions = f"vllm={VLLM_VERSION};transformers={TRANSFORMERS_VERSION}"
+        # What changes outputs beyond the model: vLLM (decoding, kernels), its processors, torch's kernels.
+        versions = f"vllm={VLLM_VERSION};transformers={TRANSFORMERS_VERSION};torch={torch.__version__}"
         namespace = self.config.namespace or engine_namespace(vllm_config, versions)
-        self.store = ItemStore(
-            build_chain(self.config), namespace, trust_client_uuids=self.config.trust_client_uuids
-        )
+        self.store = ItemStore(build_chain(self.config), namespace)
         logger.info(
             "VisionCacheECConnector (%s): namespace %s, tiers %s",
             role.name,
@@ -89,10 +96,12 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             [tier.name for tier in self.store.chain.tiers],
         )
         self.counters = ConnectorCounters(self.store.stats)
-        # Scheduler side: expected sizes, verified entries held, this step's loads.
-        self._expected: dict[str, int] = {}
+        # Scheduler side: the items being scheduled, verified entries held, this step's loads and
+        # the keys of what the workers encode.
+        self._items = ScheduledItems()
         self._staged = VerifiedItems(_STAGED_MAX_BYTES)
         self._loads: dict[str, torch.Tensor] = {}
+        self._save_keys: dict[str, str] = {}
         self._unavailable: set[str] = set()
         # Worker side: this step's outputs to save, and when its encoder phase began.
         self._saves: list[tuple[str, torch.Tensor]] = []
@@ -101,23 +110,24 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
 
     # ---- scheduler side --------------------------------------------------------------------
     def ensure_cache_available(self, request: Request, num_computed_tokens: int) -> bool:
-        """Record how many embeddings each not-yet-computed item of ``request`` must have, so a
-        stored entry of another length is never served. Reads nothing; never defers."""
-        for index, feature in enumerate(request.mm_features):
-            position = feature.mm_position
-            if position.offset + position.length > num_computed_tokens:
-                self._expected[feature.identifier] = request.get_num_encoder_embeds(index)
+        """Note the not-yet-computed items of ``request``: vLLM asks about them next. Reads
+        nothing; never defers."""
+        self._items.note_request(request, num_computed_tokens)
         return True
 
     def has_cache_item(self, identifier: str) -> bool:
         """True only once the item's verified output is in hand (held until the step's metadata)."""
-        if not self.is_consumer or not self.store.cacheable(identifier):
+        if not self.is_consumer:
             return False
-        if self._staged.touch(identifier):
+        digest = self._items.digest(identifier)
+        if digest is None:
+            return False
+        if self._staged.touch(digest.hex()):
             return True
         started = time.perf_counter()
         try:
-            entry = self.store.load(identifier, num_embeds=self._expected.get(identifier), dtype=self._dtype)
+            expected = self._items.expected_embeds(identifier)
+            entry = self.store.load(digest, num_embeds=expected, dtype=self._dtype)
         except Exception:  # the connector must never fail a request: a miss
             logger.exception("VisionCacheECConnector: loading %s failed; encoding it", identifier)
             entry = None
@@ -131,14 +141,19 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         count("hits", 1)
         count("seconds_saved", cost)
         count("loaded_bytes", tensor.nbytes)
-        self._staged.put(identifier, tensor)
+        self._staged.put(digest.hex(), tensor)
         return True
 
     def update_state_after_alloc(self, request: Request, index: int) -> None:
         identifier = request.mm_features[index].identifier
-        tensor = self._staged.pop(identifier)
-        if tensor is None:
-            return  # vLLM encodes this item
+        digest = self._items.digest_of(request, index)
+        if digest is None:
+            return  # no key: vLLM encodes it and nothing is saved
+        tensor = self._staged.pop(digest.hex())
+        if tensor is None:  # vLLM encodes this item: the workers save it under its key
+            if self.is_producer:
+                self._save_keys[identifier] = digest.hex()
+            return
         if tensor.shape[0] != request.get_num_encoder_embeds(index):
             # Unreachable while `ensure_cache_available` runs first (vLLM 0.32 calls it before
             # every encoder decision); kept so a change in vLLM fails one request, not the engine.
@@ -152,10 +167,14 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         self._loads[identifier] = tensor
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> VisionCacheECMetadata:
-        metadata = VisionCacheECMetadata(loads=self._loads)
-        self._loads = {}
-        self._expected.clear()
+        metadata = VisionCacheECMetadata(loads=self._loads, saves=self._save_keys)
+        self._loads, self._save_keys = {}, {}
+        self._items.end_step()
         return metadata
+
+    def request_finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
+        self._items.finished(request.request_id)
+        return False, None
 
     def take_unavailable_requests(self) -> set[str]:
         unavailable, self._unavailable = self._unavailable, set()
@@ -217,9 +236,14 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         self._step_started = time.perf_counter()  # the encoder runs next
 
     def save_caches(self, encoder_cache: dict[str, torch.Tensor], mm_hash: str, **kwargs: Any) -> None:
-        """Note the output; it is handed to the writer at the end of the step (no waiting here)."""
-        if self.is_producer and self.store.cacheable(mm_hash) and _is_first_tensor_parallel_rank():
-            self._saves.append((mm_hash, encoder_cache[mm_hash]))
+        """Note the output under the key the scheduler sent for it (none: not saved); it is handed
+        to the writer at the end of the step (no waiting here)."""
+        metadata = self._connector_metadata
+        if not self.is_producer or not isinstance(metadata, VisionCacheECMetadata):
+            return
+        key = metadata.saves.get(mm_hash)
+        if key is not None and _is_first_tensor_parallel_rank():
+            self._saves.append((key, encoder_cache[mm_hash]))
 
     def build_connector_worker_meta(self) -> WorkerCounts | None:
         """End of the step: queue its saves (each costed at its share of the encoder phase)."""
@@ -229,8 +253,8 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         elapsed = time.perf_counter() - self._step_started if self._step_started is not None else 0.0
         cost = elapsed / len(saves)
         counts = WorkerCounts(encoded_items=len(saves), encode_seconds=elapsed)
-        for identifier, tensor in saves:
-            if self.store.save(identifier, tensor, cost):
+        for key, tensor in saves:
+            if self.store.save(bytes.fromhex(key), tensor, cost):
                 counts.saves += 1
                 counts.saved_bytes += tensor.nbytes
             else:
@@ -253,6 +277,18 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         """Flush queued saves (bounded by the writer's exit timeout) and close the tiers."""
         self.build_connector_worker_meta()
         self.store.close()
+
+
+def _require_inputs_in_the_scheduler(vllm_config: VllmConfig) -> None:
+    """Keys are digests of the encoder inputs the scheduler holds; vLLM's shared-memory processor
+    cache sends the scheduler only an address."""
+    multimodal = getattr(vllm_config.model_config, "multimodal_config", None)
+    shared_memory = getattr(multimodal, "mm_processor_cache_type", None) == "shm"
+    if shared_memory and getattr(multimodal, "mm_processor_cache_gb", 0) > 0:
+        raise ConfigurationError(
+            "VisionCacheECConnector keys each item by the encoder inputs the scheduler holds; with "
+            "--mm-processor-cache-type shm the scheduler only gets their address: use 'lru' (the default)"
+        )
 
 
 def _is_first_tensor_parallel_rank() -> bool:

@@ -1,34 +1,26 @@
-"""The store both halves of the connector share: vLLM item identifiers -> encoder outputs.
+"""The store both halves of the connector share: encoder-input digests -> encoder outputs.
 
 This is the connector's one adapter to visioncache's core (tiers, keys, serialisation), kept
-small so the core can change under it. A key is the item's identifier (vLLM's ``mm_hash``, LoRA
-prefix included) as a `visioncache.ContentId`, inside the namespace of the deployment (`namespace`).
-Values are the encoder output tensor and the seconds it cost, stored as safetensors + JSON
-(bf16 exact, never pickled), checked by a digest or an HMAC on every read.
+small so the core can change under it. A key is the digest of what the encoder is given for an
+item (`encoder_inputs`), inside the namespace of the deployment (`namespace`). Values are the
+encoder output tensor and the seconds it cost, stored as safetensors + JSON (bf16 exact, never
+pickled), checked by a digest or an HMAC on every read.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 
-from visioncache import CacheStats, ConfigurationError, ContentId, StoreStats, compute_image_hash
-from visioncache.identity import MAX_CONTENT_ID_CHARS, KeyBuilder
+from visioncache import CacheStats, ConfigurationError, StoreStats
+from visioncache.identity import KeyBuilder
 from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.tiers import ChainStats, TierChain
 
-__all__ = ["LEVEL", "ItemStore", "build_chain", "is_engine_hash"]
+__all__ = ["LEVEL", "ItemStore", "build_chain"]
 
 LEVEL = "vllm-ec"
-# vLLM's own item hashes: hex blake3/sha256 (64) or sha512 (128), after an optional "lora_name:".
-_ENGINE_HASH = re.compile(r"(?:[^:]+:)?(?:[0-9a-f]{64}|[0-9a-f]{128})")
-
-
-def is_engine_hash(identifier: str) -> bool:
-    """Whether ``identifier`` is a content hash vLLM computed (not a client's multi_modal_uuid)."""
-    return _ENGINE_HASH.fullmatch(identifier) is not None
 
 
 def build_chain(config: ConnectorConfig) -> TierChain:
@@ -40,32 +32,22 @@ def build_chain(config: ConnectorConfig) -> TierChain:
 
 
 class ItemStore:
-    """Encoder outputs by vLLM item identifier, in one namespace, over a `TierChain`."""
+    """Encoder outputs by encoder-input digest, in one namespace, over a `TierChain`."""
 
-    def __init__(self, chain: TierChain, namespace: str, *, trust_client_uuids: bool = False) -> None:
+    def __init__(self, chain: TierChain, namespace: str) -> None:
         self.chain = chain
         self.namespace = namespace
         self._keys = KeyBuilder(namespace)
-        self._trust_client_uuids = trust_client_uuids
         chain.register_namespace(self._keys.tag, namespace)
 
-    def cacheable(self, identifier: str) -> bool:
-        """Client-chosen identifiers name content only by the client's word: skipped unless trusted."""
-        if len(identifier) > MAX_CONTENT_ID_CHARS or not identifier.strip():
-            return False
-        return self._trust_client_uuids or is_engine_hash(identifier)
-
-    def key(self, identifier: str) -> str:
-        """vLLM's identifier is an ID for content vLLM hashed: visioncache's `ContentId`, whose
-        digest has a domain of its own (it never equals the digest of any bytes, file or URL)."""
-        digest = bytes.fromhex(compute_image_hash(ContentId(identifier)))
+    def key(self, digest: bytes) -> str:
         return self._keys.image_key(LEVEL, digest)
 
     def load(
-        self, identifier: str, *, num_embeds: int | None, dtype: torch.dtype
+        self, digest: bytes, *, num_embeds: int | None, dtype: torch.dtype
     ) -> tuple[torch.Tensor, float] | None:
-        """The stored output of ``identifier`` if intact and of the expected length and dtype."""
-        entry = self.chain.load_entry(self.key(identifier))
+        """The stored output for the input ``digest`` if intact and of the expected length and dtype."""
+        entry = self.chain.load_entry(self.key(digest))
         if entry is None:
             return None
         value, cost = entry
@@ -73,9 +55,9 @@ class ItemStore:
             return None
         return value, cost
 
-    def save(self, identifier: str, output: torch.Tensor, cost: float) -> bool:
+    def save(self, digest: bytes, output: torch.Tensor, cost: float) -> bool:
         """Queue a host copy of ``output`` for the background writer; False if dropped."""
-        return self.chain.save_entry(self.key(identifier), output, cost)
+        return self.chain.save_entry(self.key(digest), output, cost)
 
     def stats(self) -> ChainStats:
         return self.chain.stats()

@@ -1,11 +1,13 @@
-"""The namespace of the connector's keys: what shapes an encoder output beyond vLLM's item hash.
+"""The namespace of the connector's keys: what shapes an encoder output beyond its input.
 
-vLLM's item identifier (``mm_hash``) covers the media, the processor kwargs of the request and the
-model *name*, which is only a path or a repository id. Two servers sharing one Redis could serve
-different weights under one name, or one model in two dtypes. So every key also carries a
+A key digests what the encoder is given for an item (`encoder_inputs`); the output also depends on
+the model, which vLLM names only by a path or a repository id. Two servers sharing one Redis could
+serve different weights under one name, or one model in two dtypes. So every key also carries a
 namespace built from the weights' content (every weight file, hashed with blake3), the model and
-processor configuration, the dtype, vLLM's hash algorithm and vLLM's version (kernels change
-outputs). Equal deployments derive equal namespaces on every host and across restarts.
+processor configuration, the dtype, vLLM's hash algorithm and the vLLM, transformers and torch
+versions (decoding, processors and kernels change outputs: vLLM 0.33 decodes RGB images with
+transparency differently from 0.32). Equal deployments derive equal namespaces on every host and
+across restarts.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from visioncache.integrations.fingerprint import weights_digest as fingerprint_w
 
 __all__ = ["VALUE_FORMAT", "engine_namespace", "namespace_for", "weights_digest"]
 
-# Bump when the layout of a stored encoder output changes.
-VALUE_FORMAT = "visioncache.vllm-ec/v1"
+# Bump when the layout of a stored encoder output, or what its key digests, changes
+# (v2: keys are encoder-input digests, no longer vLLM's item identifiers).
+VALUE_FORMAT = "visioncache.vllm-ec/v2"
 _CONFIG_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
 
 
