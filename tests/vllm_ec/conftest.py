@@ -12,13 +12,13 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.tiers.conftest import free_port
+from tests.tiers.conftest import REDIS_SERVER, RedisProcess, free_port
 
 
 def _vllm_installed() -> bool:
@@ -30,13 +30,14 @@ if not _vllm_installed():
     collect_ignore_glob = ["test_*.py"]
 
 ROOT = Path(__file__).resolve().parents[2]
-__all__ = ["ROOT", "EngineRunner", "copy_tier", "ec_config", "engine_env", "free_port"]
+__all__ = ["ROOT", "EngineRunner", "copy_tier", "ec_config", "engine_env", "engine_runner", "free_port"]
 
 CONNECTOR = {
     "ec_connector": "VisionCacheECConnector",
     "ec_connector_module_path": "visioncache.integrations.vllm",
 }
 RUN_TIMEOUT = 300
+ENCODER_MODEL_ENV = "VISIONCACHE_TEST_ENCODER_MODEL"  # `encoder_counter`: which class to count
 
 
 def ec_config(role: str = "ec_both", **extra: object) -> dict[str, Any]:
@@ -70,12 +71,11 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 EngineRunner = Callable[..., dict[str, Any]]
 
 
-@pytest.fixture(scope="session")
-def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> EngineRunner:
-    """``run_engine(*workloads, ec=None, budget=None, mm_embeds=False, evict_after_load=False,
-    env={})``: one in-process
-    engine in a subprocess (`tests.vllm_ec.engine_run`); returns its JSON report."""
-    runs = tmp_path_factory.mktemp("engine-runs")
+def engine_runner(model: Path, runs: Path, encoder_model: str | None = None) -> EngineRunner:
+    """``run(*workloads, ec=None, budget=None, mm_embeds=False, evict_after_load=False, env={})``:
+    one in-process engine of ``model`` in a subprocess (`tests.vllm_ec.engine_run`), its encoder
+    calls counted on ``encoder_model`` (``module:Class``; Qwen2-VL's by default); returns its
+    JSON report."""
 
     def run(
         *workloads: str,
@@ -93,7 +93,7 @@ def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> En
             "-m",
             "tests.vllm_ec.engine_run",
             "--model",
-            str(tiny_model),
+            str(model),
             "--out",
             str(directory / "result.json"),
         ]
@@ -107,12 +107,15 @@ def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> En
             command.append("--mm-embeds")
         if evict_after_load:
             command.append("--evict-after-load")
+        extra = dict(env or {})
+        if encoder_model is not None:
+            extra[ENCODER_MODEL_ENV] = encoder_model
         log = directory / "engine.log"
         with log.open("w") as output:
             done = subprocess.run(
                 command,
                 cwd=ROOT,
-                env=engine_env(directory / "encoder.log", **(env or {})),
+                env=engine_env(directory / "encoder.log", **extra),
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 timeout=RUN_TIMEOUT,
@@ -125,6 +128,23 @@ def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> En
         return result
 
     return run
+
+
+@pytest.fixture(scope="session")
+def run_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> EngineRunner:
+    """`engine_runner` for the tiny Qwen2-VL model."""
+    return engine_runner(tiny_model, tmp_path_factory.mktemp("engine-runs"))
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisProcess]:
+    """A redis-server of the test module's own (a module may kill it)."""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not on PATH (`make redis-server` installs it)")
+    server = RedisProcess(free_port())
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

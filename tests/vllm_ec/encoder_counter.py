@@ -1,7 +1,8 @@
-"""Counts real vision-encoder calls in vLLM: wraps Qwen2-VL's ``embed_multimodal``.
+"""Counts real vision-encoder calls in vLLM: wraps the model class's ``embed_multimodal``.
 
 Every call appends one line, the number of items it encoded, to the file named by
-``VISIONCACHE_TEST_ENCODER_LOG`` (O_APPEND: whole lines from several processes). vLLM's start-up
+``VISIONCACHE_TEST_ENCODER_LOG`` (O_APPEND: whole lines from several processes). The class is
+``VISIONCACHE_TEST_ENCODER_MODEL`` (``module:Class``; Qwen2-VL's by default). vLLM's start-up
 profiling and warm-up encode dummy items too, so tests read the count before and after a workload.
 `install` wraps the class now; `install_on_import` (the servers' ``sitecustomize``) wraps it when
 vLLM imports the model module, so the many Python processes a server starts do not all pay for
@@ -22,7 +23,13 @@ from types import ModuleType
 from typing import Any
 
 ENV = "VISIONCACHE_TEST_ENCODER_LOG"
-MODEL_MODULE = "vllm.model_executor.models.qwen2_vl"
+MODEL_ENV = "VISIONCACHE_TEST_ENCODER_MODEL"
+DEFAULT_MODEL = "vllm.model_executor.models.qwen2_vl:Qwen2VLForConditionalGeneration"
+
+
+def _model() -> tuple[str, str]:
+    module, _, name = os.environ.get(MODEL_ENV, DEFAULT_MODEL).partition(":")
+    return module, name
 
 
 def _wrap(model_class: Any, log: str) -> None:
@@ -45,9 +52,8 @@ def install() -> None:
     """Wrap the model class now (idempotent); a no-op without the environment variable."""
     log = os.environ.get(ENV)
     if log:
-        from vllm.model_executor.models.qwen2_vl import Qwen2VLForConditionalGeneration
-
-        _wrap(Qwen2VLForConditionalGeneration, log)
+        module, name = _model()
+        _wrap(getattr(importlib.import_module(module), name), log)
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):
@@ -55,17 +61,18 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
 
     def __init__(self, log: str) -> None:
         self.log = log
+        self.module, self.name = _model()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODEL_MODULE:
+        if fullname != self.module:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
-        loader, log = spec.loader, self.log
+        loader, log, name = spec.loader, self.log, self.name
 
         class WrappingLoader(importlib.abc.Loader):
             def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
@@ -73,7 +80,7 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module: ModuleType) -> None:
                 loader.exec_module(module)
-                _wrap(module.Qwen2VLForConditionalGeneration, log)
+                _wrap(getattr(module, name), log)
 
         spec.loader = WrappingLoader()
         return spec

@@ -26,6 +26,7 @@ from tests.vllm_ec.workload import (
     CLIENT_ID_B,
     CLIENT_ID_KWARGS_A,
     CLIENT_ID_KWARGS_B,
+    FAMILY,
     MAIN,
     OTHER,
     WARM_UP_SEED,
@@ -43,6 +44,7 @@ WORKLOADS = {
     "client-id-kwargs-a": CLIENT_ID_KWARGS_A,
     "client-id-kwargs-b": CLIENT_ID_KWARGS_B,
     "client-id-a-renamed": CLIENT_ID_A_RENAMED,
+    "family": FAMILY,
 }
 TOP_LOGPROBS = 5
 MAX_TOKENS = 6

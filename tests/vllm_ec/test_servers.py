@@ -19,22 +19,12 @@ from typing import Any
 
 import pytest
 
-from tests.tiers.conftest import REDIS_SERVER, RedisProcess
-from tests.vllm_ec.conftest import ec_config, free_port
+from tests.tiers.conftest import RedisProcess
+from tests.vllm_ec.conftest import ec_config
 from tests.vllm_ec.servers import VllmServer, chat
 from tests.vllm_ec.workload import MAIN, OTHER
 
 RETRY_INTERVAL = 2.0
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisProcess]:
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not on PATH (`make redis-server` installs it)")
-    server = RedisProcess(free_port())
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -154,9 +155,6 @@ def save_tiny_qwen2_vl(
         vision_end_token_id=ids["<|vision_end|>"],
         torch_dtype=str(dtype).removeprefix("torch."),
     )
-    model = Qwen2VLForConditionalGeneration(config).to(dtype).eval()
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
     # Small images keep the vision tower cheap: by default at most 64 merged tokens per image.
     image_processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=max_pixels)
     processor = Qwen2VLProcessor(
@@ -165,7 +163,31 @@ def save_tiny_qwen2_vl(
         video_processor=Qwen2VLVideoProcessor(),
         chat_template=CHAT_TEMPLATE,
     )
+    return save_checkpoint(directory, Qwen2VLForConditionalGeneration(config), processor, dtype)
+
+
+def save_checkpoint(directory: Path, model: Any, processor: Any, dtype: torch.dtype) -> Path:
+    """Save a random-weight model (in ``dtype``), its processor and a greedy generation config."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model.to(dtype).eval().save_pretrained(directory)
     processor.save_pretrained(directory)
-    generation = {"do_sample": False, "eos_token_id": ids["<|endoftext|>"]}
+    generation = {"do_sample": False, "eos_token_id": processor.tokenizer.eos_token_id}
     (directory / "generation_config.json").write_text(json.dumps(generation))
     return directory
+
+
+def rename_weights(directory: Path, prefixes: dict[str, str]) -> None:
+    """Rename weight-name prefixes in the saved safetensors files: transformers 5 saves some
+    families in a layout vLLM's loader does not map (its mappers follow the hub's checkpoints)."""
+    from safetensors.torch import load_file, save_file
+
+    for path in directory.glob("*.safetensors"):
+        tensors = load_file(path)
+        renamed = {}
+        for name, tensor in tensors.items():
+            for old, new in prefixes.items():
+                if name.startswith(old) and not name.startswith(new):
+                    name = new + name[len(old) :]
+                    break
+            renamed[name] = tensor
+        save_file(renamed, path, metadata={"format": "pt"})

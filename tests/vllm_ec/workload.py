@@ -115,3 +115,5 @@ CLIENT_ID_KWARGS_B = Workload(
 )
 # The first image again under another ID: the same content.
 CLIENT_ID_A_RENAMED = Workload(users=1, turns=1, distinct=1, first_seed=400, uuid="cd" * 32)
+# Every family's workload: two users, two turns, three images (a second turn resends the first).
+FAMILY = Workload(users=2, turns=2, distinct=3, first_seed=500)

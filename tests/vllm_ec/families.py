@@ -1,0 +1,55 @@
+"""The model families `make test-vllm` runs on real vLLM: how to build each tiny checkpoint and
+which vLLM class's ``embed_multimodal`` is its vision encoder (counted by `encoder_counter`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.vllm_ec.tiny_gemma3 import save_tiny_gemma3
+from tests.vllm_ec.tiny_model import save_tiny_qwen2_vl
+from tests.vllm_ec.tiny_qwen import save_tiny_qwen2_5_vl, save_tiny_qwen3_vl
+
+__all__ = ["FAMILIES", "Family"]
+
+_MODELS = "vllm.model_executor.models"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    save: Callable[[Path], Path]
+    encoder_model: str  # module:Class
+    what_differs: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+FAMILIES = (
+    Family(
+        "qwen2_vl",
+        save_tiny_qwen2_vl,
+        f"{_MODELS}.qwen2_vl:Qwen2VLForConditionalGeneration",
+        "grid-sized pad run",
+    ),
+    Family(
+        "qwen2_5_vl",
+        save_tiny_qwen2_5_vl,
+        f"{_MODELS}.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration",
+        "windowed vision attention",
+    ),
+    Family(
+        "qwen3_vl",
+        save_tiny_qwen3_vl,
+        f"{_MODELS}.qwen3_vl:Qwen3VLForConditionalGeneration",
+        "deepstack features in each output row (3x wider)",
+    ),
+    Family(
+        "gemma3",
+        save_tiny_gemma3,
+        f"{_MODELS}.gemma3_mm:Gemma3ForConditionalGeneration",
+        "16 embeddings inside an 18-token placeholder",
+    ),
+)

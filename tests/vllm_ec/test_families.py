@@ -1,0 +1,93 @@
+"""Every family beyond Qwen2-VL (whose suite is the other files) on real vLLM: a restart on the
+same disk tier encodes nothing, a second replica over Redis encodes nothing, and both answer as
+vLLM alone (greedy tokens and top-5 logprobs). One set of engine runs per family."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.tiers.conftest import RedisProcess
+from tests.vllm_ec.conftest import ec_config, engine_runner
+from tests.vllm_ec.families import FAMILIES, Family
+from tests.vllm_ec.workload import FAMILY
+from visioncache.tiers.disk import DiskTier
+from visioncache.tiers.serialization import loads
+
+DISTINCT = FAMILY.distinct + 1  # the workload's images and the warm-up image
+
+
+@pytest.fixture(scope="module", params=FAMILIES[1:], ids=str)
+def runs(
+    request: pytest.FixtureRequest, redis_server: RedisProcess, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    family: Family = request.param
+    root = tmp_path_factory.mktemp(family.name)
+    run = engine_runner(family.save(root / "model"), _mkdir(root / "runs"), family.encoder_model)
+    disk, prefix = root / "tier", f"visioncache-{family.name}:"
+    shared = {"redis_url": redis_server.url, "redis_prefix": prefix}
+    return {
+        "family": family,
+        "disk": disk,
+        "alone": run("family")["workloads"]["family"],
+        "cold": run("family", ec=ec_config(disk_dir=str(disk), **shared)),
+        "restart": run("family", ec=ec_config(disk_dir=str(disk))),
+        "replica": run("family", ec=ec_config(**shared)),
+    }
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
+
+
+def test_vllm_alone_encodes_each_distinct_image_once(runs: dict[str, Any]) -> None:
+    assert runs["alone"]["failed"] == 0
+    assert runs["alone"]["encoded"] == FAMILY.distinct
+
+
+def test_a_cold_run_answers_as_vllm_alone_and_saves_every_item(runs: dict[str, Any]) -> None:
+    cold = runs["cold"]
+    assert cold["workloads"]["family"]["outputs"] == runs["alone"]["outputs"]
+    assert cold["workloads"]["family"]["encoded"] == FAMILY.distinct
+    assert cold["connector"]["saves"] == DISTINCT
+
+
+def test_a_restart_on_the_same_disk_tier_encodes_nothing(runs: dict[str, Any]) -> None:
+    restart = runs["restart"]
+    assert restart["workloads"]["family"]["encoded"] == 0
+    assert restart["workloads"]["family"]["failed"] == 0
+    assert restart["workloads"]["family"]["outputs"] == runs["alone"]["outputs"]
+    assert restart["connector"]["hits"] == DISTINCT
+
+
+def test_a_second_replica_over_redis_encodes_nothing(runs: dict[str, Any]) -> None:
+    replica = runs["replica"]
+    assert replica["workloads"]["family"]["encoded"] == 0
+    assert replica["workloads"]["family"]["outputs"] == runs["alone"]["outputs"]
+    assert replica["connector"]["hits"] == DISTINCT
+
+
+def test_stored_outputs_have_the_familys_shape(runs: dict[str, Any]) -> None:
+    # What the connector stores is vLLM's encoder output as it is: Qwen3-VL's rows carry the
+    # deepstack features (3x the text width), Gemma 3 stores 16 rows for its 18-token placeholder.
+    tier = DiskTier(runs["disk"])
+    try:
+        keys = [key for key in tier.keys() if "/vllm-ec/" in key]  # noqa: SIM118  (a tier, not a dict)
+        values = [loads(tier.get(key) or b"", context=key)["value"] for key in keys]
+    finally:
+        tier.close()
+    assert len(values) == DISTINCT
+    widths = {value.shape[1] for value in values}
+    rows = {value.shape[0] for value in values}
+    assert all(value.dtype == torch.bfloat16 for value in values)
+    name = runs["family"].name
+    if name == "qwen3_vl":
+        assert widths == {3 * 128}
+    else:
+        assert widths == {128}
+    if name == "gemma3":
+        assert rows == {16}
