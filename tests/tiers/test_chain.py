@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -209,3 +210,33 @@ def test_duplicate_or_missing_tiers_and_bad_settings_are_refused() -> None:
         TierChain([MemoryTier(1)], retry_interval=float("nan"))
     with pytest.raises(ConfigurationError):
         TierChain([MemoryTier(1)], max_pending_write_bytes=-1)
+
+
+class SlowTier(MemoryTier):
+    """A memory tier whose every write takes ``seconds``: a tier slower than a shutdown's deadline."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(None, name="slow")
+        self.seconds = seconds
+
+        self.written: list[str] = []
+
+    def put(self, key: str, blob: bytes) -> None:
+        time.sleep(self.seconds)
+        super().put(key, blob)
+        self.written.append(key)
+
+
+def test_close_with_a_deadline_drops_and_counts_what_it_could_not_write() -> None:
+    tier = SlowTier(0.2)
+    chain = TierChain([tier], max_pending_write_bytes=2**20)
+    keys = [KEY[:-2] + f"{index:02x}" for index in range(10)]
+    for key in keys:
+        assert chain.save_entry(key, VALUE, 1.0)
+    closed = chain.close(timeout=0.5)
+    time.sleep(0.3)  # a write still running at the deadline may land
+    written = [key for key in tier.written if key in keys]
+    assert 0 < closed.dropped < len(keys) and closed.unfinished <= 1
+    # Each save written or counted, none lost uncounted.
+    assert len(keys) - closed.dropped - closed.unfinished <= len(written) <= len(keys) - closed.dropped
+    assert chain.stats().writes_dropped == closed.dropped

@@ -50,6 +50,19 @@ def test_flush_times_out_while_a_job_is_stuck() -> None:
     assert writer.flush(timeout=10)
 
 
+def test_abandon_takes_back_the_writes_not_started_and_counts_them() -> None:
+    writer, release, done = BackgroundWriter(1000), threading.Event(), []
+    writer.submit(10, job(lambda: (release.wait(10), done.append("running"))))
+    for index in range(3):
+        writer.submit(10, job(lambda index=index: done.append(index)))
+    assert writer.flush(timeout=0.05) is False
+    assert writer.abandon() == 3
+    release.set()
+    assert writer.flush(timeout=10)
+    assert done == ["running"]  # the abandoned three never ran
+    assert writer.dropped == 3 and writer.pending == 0 and writer.pending_bytes == 0
+
+
 def test_queued_bytes_never_exceed_the_bound_and_drops_are_counted() -> None:
     writer, release, seen = BackgroundWriter(max_pending_bytes=100), threading.Event(), []
     prepared = []

@@ -23,7 +23,7 @@ from tests.vllm_ec.encoder_counter import encoded_items
 from tests.vllm_ec.engine_run import MAX_TOKENS, TOP_LOGPROBS, engine_arguments
 from tests.vllm_ec.workload import Workload
 
-START_TIMEOUT = 300
+START_TIMEOUT = 600  # a shared 2-core machine starting three servers at once
 
 
 def cli_flags(arguments: dict[str, Any]) -> list[str]:
@@ -45,8 +45,17 @@ def cli_flags(arguments: dict[str, Any]) -> list[str]:
 class VllmServer:
     """One OpenAI-compatible vLLM server process on 127.0.0.1 (multiprocess engine, as deployed)."""
 
-    def __init__(self, model: Path, workdir: Path, ec: dict[str, Any] | None = None, name: str = "server"):
+    def __init__(
+        self,
+        model: Path,
+        workdir: Path,
+        ec: dict[str, Any] | None = None,
+        name: str = "server",
+        env: dict[str, str] | None = None,
+        flags: tuple[str, ...] = (),
+    ):
         self.model = str(model)
+        self.env = dict(env or {})
         self.port = free_port()
         self.encoder_log = workdir / f"{name}-encoder.log"
         self.log = workdir / f"{name}.log"
@@ -62,6 +71,7 @@ class VllmServer:
             "--port",
             str(self.port),
             *cli_flags(arguments),
+            *flags,
         ]
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -74,7 +84,7 @@ class VllmServer:
         self.process = subprocess.Popen(
             self.command,
             cwd=ROOT,
-            env=engine_env(self.encoder_log, server=True),
+            env=engine_env(self.encoder_log, server=True, **self.env),
             stdout=output,
             stderr=subprocess.STDOUT,
         )

@@ -91,3 +91,10 @@ def test_stored_outputs_have_the_familys_shape(runs: dict[str, Any]) -> None:
         assert widths == {128}
     if name == "gemma3":
         assert rows == {16}
+
+
+def test_the_unsigned_tier_warning_appears_once_per_process(runs: dict[str, Any]) -> None:
+    # An in-process engine builds two chains (scheduler and worker halves), both over an unsigned
+    # Redis: one warning.
+    log = Path(runs["replica"]["log"]).read_text()
+    assert log.count("have no HMAC secret") == 1

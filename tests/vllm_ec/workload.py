@@ -117,3 +117,5 @@ CLIENT_ID_KWARGS_B = Workload(
 CLIENT_ID_A_RENAMED = Workload(users=1, turns=1, distinct=1, first_seed=400, uuid="cd" * 32)
 # Every family's workload: two users, two turns, three images (a second turn resends the first).
 FAMILY = Workload(users=2, turns=2, distinct=3, first_seed=500)
+# Ten requests, each with an image of its own: ten saves queued one after the other.
+TEN_IMAGES = Workload(users=10, turns=1, distinct=10, first_seed=600)

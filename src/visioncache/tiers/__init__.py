@@ -4,7 +4,12 @@ face of the tiers package: it re-exports (the Redis tier lives in `visioncache.t
 needs ``visioncache[redis]``)."""
 
 from visioncache.tiers.base import Tier
-from visioncache.tiers.chain import DEFAULT_MAX_PENDING_WRITE_BYTES, TierChain, UnsignedTierWarning
+from visioncache.tiers.chain import (
+    DEFAULT_MAX_PENDING_WRITE_BYTES,
+    TierChain,
+    UnsignedTierWarning,
+    WritesAtClose,
+)
 from visioncache.tiers.config import ENV_PREFIX, chain_from_env, chain_from_spec
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.settings import TierSettings
@@ -22,6 +27,7 @@ __all__ = [
     "TierSizes",
     "TierStats",
     "UnsignedTierWarning",
+    "WritesAtClose",
     "chain_from_env",
     "chain_from_spec",
 ]

@@ -34,7 +34,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from blake3 import blake3
 
@@ -50,7 +50,7 @@ from visioncache.tiers.stats import ChainStats
 from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter, Job
 from visioncache.trees import host_snapshot, tree_nbytes
 
-__all__ = ["DEFAULT_MAX_PENDING_WRITE_BYTES", "TierChain", "UnsignedTierWarning"]
+__all__ = ["DEFAULT_MAX_PENDING_WRITE_BYTES", "TierChain", "UnsignedTierWarning", "WritesAtClose"]
 
 logger = logging.getLogger(__name__)
 
@@ -274,12 +274,29 @@ class TierChain:
             writes_dropped=writer.dropped if writer is not None else 0,
         )
 
-    def close(self) -> None:
-        """Flush queued writes (up to the exit flush time), then close every tier."""
-        if self._writer is not None and not self._writer.close(EXIT_FLUSH_SECONDS):
-            logger.warning("closing tiers with %d writes still queued", self._writer.pending)
+    def close(self, timeout: float = EXIT_FLUSH_SECONDS) -> WritesAtClose:
+        """Flush queued writes for up to ``timeout`` seconds, drop those not started by then
+        (counted in ``writes_dropped``), then close every tier. Returns how many were dropped,
+        and how many were still running at the deadline (may or may not land)."""
+        writer = self._writer
+        result = WritesAtClose(0, 0)
+        deadline = time.monotonic() + timeout
+        # Most of the time flushing; the rest for the write running when the queue is dropped.
+        if writer is not None and not writer.close(timeout - min(1.0, timeout / 4)):
+            dropped = writer.abandon()
+            writer.flush(max(0.0, deadline - time.monotonic()))
+            result = WritesAtClose(dropped, writer.pending)
+            logger.warning("closing tiers: %d queued writes dropped unwritten, %d still running", *result)
         for tier in self._guarded:
             tier.close()
+        return result
+
+
+class WritesAtClose(NamedTuple):
+    """What `TierChain.close` could not write: dropped unstarted, and running at the deadline."""
+
+    dropped: int
+    unfinished: int
 
 
 def _unwrap(envelope: Any) -> tuple[Any, float] | None:

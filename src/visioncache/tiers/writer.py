@@ -12,8 +12,10 @@ Guarantees:
 - nothing starts until the first `submit` (no thread for a cache that never writes);
 - fork-safe: a child process (pre-fork servers, ``multiprocessing``) gets a fresh, empty queue
   and starts its own thread at its first write; the parent's queued writes stay the parent's;
-- `flush` waits for queued writes; `close` flushes and ends the thread. Writes still queued at
-  interpreter exit are flushed for up to ``EXIT_FLUSH_SECONDS`` (call ``close()`` to be sure).
+- `flush` waits for queued writes; `close` flushes and ends the thread; `abandon` takes back
+  the writes not started yet (a shutdown with a deadline: each is counted in ``dropped``, none
+  is lost uncounted). Writes still queued at interpreter exit are flushed for up to
+  ``EXIT_FLUSH_SECONDS`` (call ``close()`` to be sure).
 """
 
 from __future__ import annotations
@@ -132,6 +134,27 @@ class BackgroundWriter:
             thread.join(timeout)
             self._thread = None
         return flushed
+
+    def abandon(self) -> int:
+        """Take back every queued write not started yet: never run, counted in ``dropped``;
+        returns how many. A write already running finishes."""
+        state, abandoned, closing = self._state, 0, False
+        while True:
+            try:
+                item = state.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                closing = True
+            else:
+                with state.lock:
+                    state.pending_bytes -= item[1]
+                    self.dropped += 1
+                abandoned += 1
+            state.jobs.task_done()
+        if closing:
+            state.jobs.put(None)
+        return abandoned
 
 
 def _drain(state: _Queue, owner: weakref.ref[BackgroundWriter]) -> None:

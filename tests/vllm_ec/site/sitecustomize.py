@@ -1,4 +1,5 @@
-"""On PYTHONPATH of the vLLM server processes the tests start: counts vision-encoder calls."""
+"""On PYTHONPATH of the vLLM server processes the tests start: counts vision-encoder calls, and
+slows disk-tier writes where a test asks (`tests.vllm_ec.slow_writes`)."""
 
 import os
 
@@ -6,3 +7,8 @@ if os.environ.get("VISIONCACHE_TEST_ENCODER_LOG"):
     from tests.vllm_ec.encoder_counter import install_on_import
 
     install_on_import()
+
+if os.environ.get("VISIONCACHE_TEST_SLOW_WRITES"):
+    from tests.vllm_ec.slow_writes import install
+
+    install()

@@ -19,9 +19,10 @@ entry that is evicted, corrupted or whose tier dies after the answer cannot fail
 nothing is read again. Any failure before the answer is a miss, and vLLM encodes the item as usual.
 A tier that fails costs at most one timeout per ``retry_interval`` (its circuit breaker).
 
-Workers save what they encode: ``save_caches`` notes the output, and at the end of the step the
-connector hands it to the background writer (a host copy, bounded in bytes; a full budget drops
-the save and counts it). The model step never waits for disk or Redis.
+Workers save what they encode (`worker_saves`): ``save_caches`` notes the output, and at the end
+of the step the connector hands it to the background writer (a host copy, bounded in bytes; a
+full budget drops the save and counts it). The model step never waits for disk or Redis. At
+shutdown every save is written or counted as dropped, within vLLM's grace period.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from visioncache.integrations.vllm.item_store import ItemStore, build_chain
 from visioncache.integrations.vllm.namespace import engine_namespace
 from visioncache.integrations.vllm.scheduled_items import ScheduledItems
 from visioncache.integrations.vllm.staging import VerifiedItems
+from visioncache.integrations.vllm.worker_saves import WorkerSaves, shutdown_seconds
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -62,7 +64,8 @@ if TYPE_CHECKING:
 
 __all__ = ["VisionCacheECConnector", "VisionCacheECMetadata"]
 
-logger = logging.getLogger(__name__)
+# vLLM configures the "vllm" logger only: its children print in vLLM's log, at its level and format.
+logger = logging.getLogger("vllm.visioncache")
 # Verified entries the scheduler holds between `has_cache_item` and the step's metadata.
 _STAGED_MAX_BYTES = 512 * 2**20
 
@@ -96,6 +99,13 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             [tier.name for tier in self.store.chain.tiers],
         )
         self.counters = ConnectorCounters(self.store.stats)
+        if role == ECConnectorRole.SCHEDULER and not getattr(vllm_config, "shutdown_timeout", 1):
+            logger.warning(
+                "VisionCacheECConnector: vLLM's --shutdown-timeout is 0: on SIGTERM vLLM kills its "
+                "processes at once, and encoder outputs still queued for the tiers are lost without "
+                "being counted (a restart encodes them again). Give --shutdown-timeout 10 or more for "
+                "every queued output to be written or counted as dropped."
+            )
         # Scheduler side: the items being scheduled, verified entries held, this step's loads and
         # the keys of what the workers encode.
         self._items = ScheduledItems()
@@ -103,9 +113,8 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         self._loads: dict[str, torch.Tensor] = {}
         self._save_keys: dict[str, str] = {}
         self._unavailable: set[str] = set()
-        # Worker side: this step's outputs to save, and when its encoder phase began.
-        self._saves: list[tuple[str, torch.Tensor]] = []
-        self._step_started: float | None = None
+        # Worker side: this step's outputs to save, and where loads go.
+        self._saves = WorkerSaves(self.store, self.counters)
         self._device: torch.device | None = None
 
     # ---- scheduler side --------------------------------------------------------------------
@@ -227,7 +236,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
 
     # ---- worker side -----------------------------------------------------------------------
     def start_save_caches(self, **kwargs: Any) -> None:
-        self._step_started = time.perf_counter()
+        self._saves.start_step()
 
     def start_load_caches(self, encoder_cache: dict[str, torch.Tensor], **kwargs: Any) -> None:
         """Place this step's verified loads on the worker's device, in the encoder's dtype."""
@@ -237,7 +246,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             for identifier, tensor in metadata.loads.items():
                 if identifier not in encoder_cache:
                     encoder_cache[identifier] = tensor.to(device=device, dtype=self._dtype)
-        self._step_started = time.perf_counter()  # the encoder runs next
+        self._saves.start_step()  # the encoder runs next
 
     def save_caches(self, encoder_cache: dict[str, torch.Tensor], mm_hash: str, **kwargs: Any) -> None:
         """Note the output under the key the scheduler sent for it (none: not saved); it is handed
@@ -247,25 +256,11 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             return
         key = metadata.saves.get(mm_hash)
         if key is not None and _is_first_tensor_parallel_rank():
-            self._saves.append((key, encoder_cache[mm_hash]))
+            self._saves.note(key, encoder_cache[mm_hash])
 
     def build_connector_worker_meta(self) -> WorkerCounts | None:
-        """End of the step: queue its saves (each costed at its share of the encoder phase)."""
-        if not self._saves:
-            return None
-        saves, self._saves = self._saves, []
-        elapsed = time.perf_counter() - self._step_started if self._step_started is not None else 0.0
-        cost = elapsed / len(saves)
-        counts = WorkerCounts(encoded_items=len(saves), encode_seconds=elapsed)
-        for key, tensor in saves:
-            if self.store.save(bytes.fromhex(key), tensor, cost):
-                counts.saves += 1
-                counts.saved_bytes += tensor.nbytes
-            else:
-                counts.saves_dropped += 1
-        for name, delta in self.counters.tier_deltas().items():  # earlier steps' background writes
-            setattr(counts, name, delta)
-        return counts
+        """End of the step: queue its saves (`WorkerSaves.end_step`)."""
+        return self._saves.end_step()
 
     def _worker_device(self) -> torch.device:
         if self._device is None:
@@ -278,9 +273,12 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         return self._device
 
     def shutdown(self) -> None:
-        """Flush queued saves (bounded by the writer's exit timeout) and close the tiers."""
-        self.build_connector_worker_meta()
-        self.store.close()
+        """The worker: every save written or counted as dropped before vLLM's grace period ends
+        (`WorkerSaves.shutdown`); the scheduler: close its tiers."""
+        if self.role == ECConnectorRole.WORKER:
+            self._saves.shutdown(shutdown_seconds())
+        else:
+            self.store.close()
 
 
 def _require_inputs_in_the_scheduler(vllm_config: VllmConfig) -> None:

@@ -16,7 +16,7 @@ import torch
 from visioncache import CacheStats, ConfigurationError, StoreStats
 from visioncache.identity import KeyBuilder
 from visioncache.integrations.vllm.config import ConnectorConfig
-from visioncache.tiers import ChainStats, TierChain
+from visioncache.tiers import ChainStats, TierChain, WritesAtClose
 
 __all__ = ["LEVEL", "ItemStore", "build_chain"]
 
@@ -71,8 +71,10 @@ class ItemStore:
     def flush(self, timeout: float | None = None) -> bool:
         return self.chain.flush(timeout)
 
-    def close(self) -> None:
-        self.chain.close()
+    def close(self, timeout: float | None = None) -> WritesAtClose:
+        """Flush for up to ``timeout`` seconds (the chain's exit flush time by default), then close
+        (`TierChain.close`: what was dropped, what was still running)."""
+        return self.chain.close() if timeout is None else self.chain.close(timeout)
 
 
 def _fits(value: Any, num_embeds: int | None, dtype: torch.dtype) -> bool:
