@@ -9,7 +9,9 @@ compared with another server's (test_servers.py says why never with an in-proces
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -87,6 +89,7 @@ class VllmServer:
             env=engine_env(self.encoder_log, server=True, **self.env),
             stdout=output,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: `stop` ends the engine core with it
         )
         return self
 
@@ -105,6 +108,9 @@ class VllmServer:
         raise RuntimeError(f"vLLM server not ready after {START_TIMEOUT} s:\n{self.log.read_text()[-6000:]}")
 
     def stop(self) -> None:
+        """SIGTERM to the API server, as an orchestrator stops it (it shuts its engine down within
+        ``--shutdown-timeout``), then SIGKILL to whatever is left of its process group: an engine
+        core stopped during start-up, or one that outlived its server, is never orphaned."""
         if self.process is None:
             return
         self.process.send_signal(signal.SIGTERM)
@@ -113,6 +119,7 @@ class VllmServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=10)
+        end_group(self.process)
         self.process = None
 
     def encoded(self) -> int:
@@ -127,6 +134,13 @@ class VllmServer:
             if line.startswith(name + "{") or line.startswith(name + " "):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+
+def end_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL whatever is left of the process group of ``process`` (started with
+    ``start_new_session=True``, since exited and waited for)."""
+    with contextlib.suppress(ProcessLookupError):  # the whole group has exited
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def chat(

@@ -9,8 +9,11 @@ slower than the deadline (each write sleeps) makes some saves miss it.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from pathlib import Path
+from typing import Any
 
 from tests.vllm_ec.conftest import ec_config
 from tests.vllm_ec.servers import VllmServer, chat
@@ -69,3 +72,37 @@ def test_a_server_without_a_shutdown_timeout_is_warned_at_start(tiny_model: Path
     finally:
         server.stop()
     assert "--shutdown-timeout is 0" in server.log.read_text()
+
+
+def test_regression_an_engine_core_outlives_a_server_stopped_during_start_up(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    # Before, `VllmServer.stop` signalled the API server alone: stopped while it was starting (a
+    # `wait_ready` timeout), its engine core was left behind, reparented and spinning.
+    import psutil
+
+    server = VllmServer(tiny_model, tmp_path, name="early").start()
+    assert server.process is not None
+    api = psutil.Process(server.process.pid)
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not any(_engine_core(p) for p in children) and time.monotonic() < deadline:
+            assert api.is_running(), server.log.read_text()[-3000:]
+            children = api.children(recursive=True)
+            time.sleep(0.2)
+        assert any(_engine_core(p) for p in children), "the server started no engine core"
+        server.stop()
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"left running after stop: {[(p.pid, p.name()) for p in alive]}"
+    finally:
+        server.stop()
+        for child in children:  # ended by PID whatever the assertions said
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+
+
+def _engine_core(process: Any) -> bool:
+    with contextlib.suppress(Exception):  # psutil.Error: it may have exited meanwhile
+        return "EngineCore" in " ".join([process.name(), *process.cmdline()])
+    return False
