@@ -1,11 +1,13 @@
 """vllm-mlx's OpenAI server, stock vs visioncache, side by side on a multi-user image chat.
 
     python benchmarks/bench_vllm_mlx.py [--users 3] [--turns 4] [--image-size 448] [--max-tokens 8]
-                                        [--model DIR] [--json PATH]
+                                        [--family qwen2_vl | --model DIR] [--system-repeat 1]
+                                        [--json PATH]
 
 Both servers are vllm-mlx 0.6.0's real server (``--continuous-batching --mllm``) in their own
-process on loopback, serving the same model (default: a tiny random-weight Qwen2-VL built here;
-``--model`` for a real mlx-vlm Qwen2-VL / Qwen2.5-VL checkpoint). The workload is the one of
+process on loopback, serving the same model (default: a tiny random-weight checkpoint of
+``--family`` built here, Qwen2-VL unless told; ``--model`` for a real mlx-vlm checkpoint of a
+family visioncache serves). The workload is the one of
 ``visioncache bench``: users in multi-turn chats that re-send every image, share photos, and ask
 several questions about one image. Each request is streamed to the stock server, then the same
 request to the visioncache server, one at a time, so machine noise falls on both alike.
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: t
 
 from openai import OpenAI
 
+from tests.support.mlx_model_dir import FAMILIES, save_model_dir
 from tests.support.vllm_mlx_server import ServerProcess
 from visioncache.bench.workload import ANSWER, Request, Workload, build_workload, sample_images
 
@@ -40,9 +43,9 @@ from _timing import print_table
 SYSTEM = "You are a helpful assistant. Look at the images the user sends and answer in a few words."
 
 
-def messages_for(request: Request, workload: Workload) -> list[dict[str, Any]]:
+def messages_for(request: Request, workload: Workload, system_repeat: int = 1) -> list[dict[str, Any]]:
     """The OpenAI messages of a request: the conversation so far, images re-sent, canned answers."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": " ".join([SYSTEM] * system_repeat)}]
     for index, turn in enumerate(request.turns):
         parts: list[dict[str, Any]] = [
             {"type": "image_url", "image_url": {"url": workload.images[image]}}
@@ -97,19 +100,31 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--image-size", type=int, default=448, help="longest side of each image")
     parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--model", help="an mlx-vlm Qwen2-VL / Qwen2.5-VL directory (default: tiny random)")
+    parser.add_argument(
+        "--family", default="qwen2_vl", help="the tiny random-weight checkpoint's family (e.g. gemma4)"
+    )
+    parser.add_argument("--model", help="an mlx-vlm model directory (default: the tiny --family one)")
+    parser.add_argument(
+        "--system-repeat",
+        type=int,
+        default=1,
+        help="the system prompt this many times (vllm-mlx stores no KV prefix under 128 tokens: "
+        "a tiny model with few tokens per image, e.g. gemma4's 16, needs a longer one)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write every per-request measurement as JSON")
     args = parser.parse_args()
     workload = build_workload(args.users, args.turns, args.image_size)
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        model_dir = model_directory(args.model, root)
+        if args.model is None and args.family not in FAMILIES:
+            parser.error(f"--family must be one of {', '.join(FAMILIES)}")
+        model_dir = model_directory(args.model, args.family, root)
         servers = {name: ServerProcess(name, model_dir, root / name) for name in ("stock", "visioncache")}
         try:
             for server in servers.values():
                 server.start()
                 warm_up(server, args.image_size)
-            results = run(servers, workload, args.max_tokens)
+            results = run(servers, workload, args.max_tokens, args.system_repeat)
             same = servers["stock"].records("token") == servers["visioncache"].records("token")
             stats = servers["visioncache"].get_json("/v1/cache/stats")["engine_cache"]
         finally:
@@ -131,13 +146,11 @@ def main() -> int:
     return 0 if same else 1
 
 
-def model_directory(model: str | None, root: Path) -> Path:
-    """``--model``, or a tiny random-weight Qwen2-VL saved under ``root``."""
+def model_directory(model: str | None, family: str, root: Path) -> Path:
+    """``--model``, or a tiny random-weight checkpoint of ``family`` saved under ``root``."""
     if model is not None:
         return Path(model)
-    from tests.support.mlx_model_dir import save_model_dir
-
-    return save_model_dir(root / "model")
+    return save_model_dir(root / "model", family)
 
 
 def warm_up(server: ServerProcess, image_size: int) -> None:
@@ -152,14 +165,14 @@ def warm_up(server: ServerProcess, image_size: int) -> None:
 
 
 def run(
-    servers: dict[str, ServerProcess], workload: Workload, max_tokens: int
+    servers: dict[str, ServerProcess], workload: Workload, max_tokens: int, system_repeat: int
 ) -> dict[str, list[dict[str, Any]]]:
     clients = {
         name: OpenAI(base_url=server.base_url + "/v1", api_key="unused") for name, server in servers.items()
     }
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
     for request in workload.requests:
-        messages = messages_for(request, workload)
+        messages = messages_for(request, workload, system_repeat)
         for name, server in servers.items():
             measured = send(server, clients[name], messages, max_tokens)
             results[name].append({"user": request.user, "turn": len(request.turns), **measured})
@@ -170,7 +183,7 @@ def report(results: dict[str, list[dict[str, Any]]], workload: Workload, args: a
     print(
         f"vllm-mlx 0.6.0 server, {args.users} users x {args.turns} turns, images {args.image_size} px, "
         f"{workload.images_sent} images sent ({workload.distinct_images_sent} distinct); "
-        f"model: {args.model or 'tiny random-weight Qwen2-VL'}"
+        f"model: {args.model or f'tiny random-weight {args.family}'}"
     )
     header = ("turn", "tower images", "prefill tokens", "TTFT p50 ms", "TTFT p95 ms", "TTFT p50 ratio")
     rows = []

@@ -28,7 +28,7 @@ from mlx_vlm import utils as mlx_vlm_utils  # noqa: E402
 from mlx_vlm.generate import generate_step  # noqa: E402
 
 from tests.support.mlx_model_dir import build_random_processor, save_model_dir  # noqa: E402
-from tests.support.mlx_towers import tower_class  # noqa: E402
+from tests.support.mlx_towers import counted, tower_class  # noqa: E402
 from visioncache import ConfigurationError, VisionEmbeddingCache  # noqa: E402
 from visioncache.errors import PlaceholderMismatchError  # noqa: E402
 from visioncache.integrations import mlx_vlm  # noqa: E402
@@ -112,14 +112,8 @@ def greedy_tokens(model: Any, inputs: dict[str, Any], count: int = 4) -> list[in
 def tower_calls(family: Family, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of images (tiles for Idefics3 / SmolVLM) of every vision-tower call."""
     tower, images = tower_class(family.name)
-    original = tower.__call__
     calls: list[int] = []
-
-    def counting_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(images(*args[:2]))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(tower, "__call__", counting_call)
+    monkeypatch.setattr(tower, "__call__", counted(tower.__call__, images, calls.append))
     return calls
 
 

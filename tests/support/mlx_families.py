@@ -2,22 +2,24 @@
 directories mlx-vlm (and so vllm-mlx's server) loads like downloaded ones.
 
 Why: every family visioncache serves is proven on the real engine, and no weights can be
-downloaded. Each `TinyFamily` states a family's tiny configuration, its special tokens (a
-word-level tokenizer over them and `WORDS`) and a chat template with the family's image marker;
-`save_family_dir` writes ``config.json``, ``model.safetensors`` (random weights, mlx layout), the
-tokenizer and the processor files, which ``mlx_vlm.load`` reads back with the family's real
-processor class.
+downloaded. Each `TinyFamily` (the Qwen families here, the others in
+`tests.support.mlx_idefics3_families` and `tests.support.mlx_gemma_families`) states a family's
+tiny configuration, its special tokens (a word-level tokenizer over them and `WORDS`) and a chat
+template with the family's image marker; `save_family_dir` writes ``config.json``,
+``model.safetensors`` (random weights, mlx layout), the tokenizer and the processor files, which
+``mlx_vlm.load`` reads back with the family's real processor class.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.mlx_gemma_families import GEMMA_FAMILIES
+from tests.support.mlx_idefics3_families import IDEFICS3_FAMILIES
+from tests.support.mlx_tiny_family import TINY_TEXT, TinyFamily
 from visioncache.bench.vocabulary import WORDS
 from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
 
@@ -47,46 +49,10 @@ QWEN_TOKENS = (
 )
 
 
-def _gemma_template(image_marker: str, bos: str, start: str, end: str, model_role: str) -> str:
-    return (
-        f"{{{{ {bos!r} }}}}{{% for message in messages %}}{start}"
-        f"{{{{ {model_role!r} if message['role'] == 'assistant' else message['role'] }}}}\n"
-        "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-        "{% for item in message['content'] %}"
-        f"{{% if item['type'] == 'image' or 'image_url' in item %}}{image_marker}"
-        "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-        f"{end}\n{{% endfor %}}{{% if add_generation_prompt %}}{start}{model_role}\n{{% endif %}}"
-    )
-
-
-@dataclass(frozen=True)
-class TinyFamily:
-    """One family's tiny checkpoint: its tokens, template, configuration and processor files."""
-
-    model_type: str
-    special_tokens: tuple[str, ...]  # added as special tokens, in this order (ids from 0)
-    eos_token: str
-    pad_token: str
-    chat_template: str
-    config: Callable[[dict[str, int], int], dict[str, Any]]  # (token ids, vocab size) -> config.json
-    files: dict[str, dict[str, Any]]  # other JSON files (preprocessor_config.json, ...)
-    bos_token: str | None = None
-    stop_tokens: tuple[str, ...] = ()  # generation stops on these (and eos)
-    tokenizer_attributes: dict[str, str] = field(default_factory=dict)  # extra_special_tokens
-    # Tokens that mark images in a prompt: a random model that writes one into its answer makes
-    # the next turn's history hold one placeholder too many (stock vllm-mlx then fails it too).
-    media_tokens: tuple[str, ...] = ()
-
-
 def _qwen3_vl_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
     text = {
         "model_type": "qwen3_vl",
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
+        **TINY_TEXT,
         "rms_norm_eps": 1e-6,
         "vocab_size": vocab,
         "rope_theta": 10000.0,
@@ -178,126 +144,6 @@ _QWEN3_PREPROCESSOR = {
     "image_std": [0.5, 0.5, 0.5],
 }
 
-_IDEFICS3_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<end_of_utterance>",
-    "<fake_token_around_image>",
-    "<image>",
-    "<global-img>",
-    *(f"<row_{row}_col_{col}>" for row in (1, 2) for col in (1, 2)),
-)
-# SmolVLM's template: "User:<image> describe<end_of_utterance>\nAssistant:".
-_IDEFICS3_TEMPLATE = (
-    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}:"
-    "{% if message['content'] is string %} {{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' or 'image_url' in item %}<image>"
-    "{% elif item['type'] == 'text' %} {{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
-)
-
-
-def _idefics3_config(model_type: str) -> Callable[[dict[str, int], int], dict[str, Any]]:
-    """Idefics3 / SmolVLM: 64 px tiles of 16 px patches, pixel-shuffled 2 x 2: 4 tokens a tile."""
-
-    def config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
-        text = {
-            "model_type": "llama",
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "num_hidden_layers": 2,
-            "rms_norm_eps": 1e-5,
-            "rope_theta": 10000.0,
-            "vocab_size": vocab,
-        }
-        vision = {
-            "model_type": "idefics3_vision",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_attention_heads": 2,
-            "num_hidden_layers": 2,
-            "patch_size": 16,
-            "image_size": 64,
-        }
-        return {
-            "model_type": model_type,
-            "text_config": text,
-            "vision_config": vision,
-            "vocab_size": vocab,
-            "scale_factor": 2,
-            "image_token_id": ids["<image>"],
-            "pad_token_id": ids["<|endoftext|>"],
-        }
-
-    return config
-
-
-def _idefics3_files(processor_class: str, image_processor: str) -> dict[str, dict[str, Any]]:
-    return {
-        "preprocessor_config.json": {
-            "image_processor_type": image_processor,
-            "processor_class": processor_class,
-            "do_image_splitting": True,
-            "max_image_size": {"longest_edge": 64},  # one tile
-            "size": {"longest_edge": 128},  # so up to 2 x 2 tiles and the global view
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
-        },
-        "processor_config.json": {"processor_class": processor_class, "image_seq_len": 4},
-    }
-
-
-_GEMMA3_TOKENS = (
-    "<pad>",
-    "<eos>",
-    "<bos>",
-    "<start_of_turn>",
-    "<end_of_turn>",
-    "<start_of_image>",
-    "<end_of_image>",
-    "<image_soft_token>",
-)
-
-
-def _gemma3_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
-    text = {
-        "model_type": "gemma3_text",
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "vocab_size": vocab,
-        "query_pre_attn_scalar": 16,
-        "sliding_window": 64,
-        "sliding_window_pattern": 2,
-        "mm_tokens_per_image": 16,
-    }
-    vision = {
-        "model_type": "siglip_vision_model",
-        "num_hidden_layers": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_attention_heads": 2,
-        "patch_size": 8,
-        "image_size": 64,
-    }
-    return {
-        "model_type": "gemma3",
-        "text_config": text,
-        "vision_config": vision,
-        "vocab_size": vocab,
-        "hidden_size": 64,
-        "mm_tokens_per_image": 16,
-        "image_token_index": ids["<image_soft_token>"],
-        "eos_token_id": [ids["<eos>"], ids["<end_of_turn>"]],
-        "pad_token_id": ids["<pad>"],
-    }
-
-
 TINY_FAMILIES: dict[str, TinyFamily] = {
     "qwen3_vl": TinyFamily(
         model_type="qwen3_vl",
@@ -321,51 +167,8 @@ TINY_FAMILIES: dict[str, TinyFamily] = {
         stop_tokens=("<|endoftext|>",),
         media_tokens=QWEN_MEDIA_TOKENS,
     ),
-    **{
-        model_type: TinyFamily(
-            model_type=model_type,
-            special_tokens=_IDEFICS3_TOKENS,
-            eos_token="<end_of_utterance>",
-            pad_token="<|endoftext|>",
-            chat_template=_IDEFICS3_TEMPLATE,
-            config=_idefics3_config(model_type),
-            files=_idefics3_files(processor, image_processor),
-            media_tokens=_IDEFICS3_TOKENS[3:],
-        )
-        for model_type, processor, image_processor in (
-            ("idefics3", "Idefics3Processor", "Idefics3ImageProcessor"),
-            ("smolvlm", "SmolVLMProcessor", "SmolVLMImageProcessor"),
-        )
-    },
-    # Refused by visioncache serve-mlx (stock vllm-mlx fails its image requests): the tests use it
-    # to check the refusal.
-    "gemma3": TinyFamily(
-        model_type="gemma3",
-        special_tokens=_GEMMA3_TOKENS,
-        eos_token="<eos>",
-        pad_token="<pad>",
-        bos_token="<bos>",
-        chat_template=_gemma_template(
-            "<start_of_image>", "<bos>", "<start_of_turn>", "<end_of_turn>", "model"
-        ),
-        config=_gemma3_config,
-        files={
-            "preprocessor_config.json": {
-                "image_processor_type": "Gemma3ImageProcessor",
-                "processor_class": "Gemma3Processor",
-                "size": {"height": 64, "width": 64},
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-            },
-            "processor_config.json": {"processor_class": "Gemma3Processor", "image_seq_length": 16},
-        },
-        stop_tokens=("<end_of_turn>",),
-        tokenizer_attributes={
-            "image_token": "<image_soft_token>",
-            "boi_token": "<start_of_image>",
-            "eoi_token": "<end_of_image>",
-        },
-    ),
+    **IDEFICS3_FAMILIES,
+    **GEMMA_FAMILIES,
 }
 
 

@@ -11,13 +11,14 @@ import base64
 import importlib
 import io
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
-__all__ = ["TOWER_MODULES", "tower_class", "tower_units", "towers"]
+__all__ = ["TOWER_MODULES", "counted", "tower_class", "tower_units", "towers"]
 
 
 def _grid_images(pixels: Any, grid_thw: Any = None) -> int:
@@ -55,11 +56,28 @@ def towers() -> list[tuple[type[Any], Callable[..., int]]]:
     return list(found.items())
 
 
+def counted(call: Callable[..., Any], images: Callable[..., int], record: Callable[[int], None]) -> Any:
+    """``call`` (a tower's ``__call__``) recording the images of each outermost call: Gemma 4's
+    tower encodes a list of images by calling itself once per image, which is still one call."""
+    inside = threading.local()
+
+    def counting_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(inside, "depth", 0) == 0:
+            record(images(*args[:2]))
+        inside.depth = getattr(inside, "depth", 0) + 1
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            inside.depth -= 1
+
+    return counting_call
+
+
 def tower_units(model_dir: str | Path, images: list[str]) -> int:
     """What encoding ``images`` (data URLs) once each costs the tower of the model in
     ``model_dir``: one per image, or, for Idefics3 / SmolVLM, its tiles (rows x cols + 1)."""
     model_type = json.loads((Path(model_dir) / "config.json").read_text())["model_type"]
-    if TOWER_MODULES[model_type][1] is _grid_images or model_type == "gemma4":
+    if TOWER_MODULES[model_type][0] != "idefics3":  # only Idefics3's tower encodes tiles
         return len(images)
     from mlx_vlm.utils import load_processor
 

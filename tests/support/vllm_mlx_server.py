@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from blake3 import blake3
 
-from tests.support.mlx_towers import towers
+from tests.support.mlx_towers import counted, towers
 
 __all__ = ["ENGINES", "ServerProcess", "free_port", "request_key"]
 
@@ -59,16 +59,11 @@ def request_key(prompt: str, images: Sequence[Any]) -> str:
 
 
 def _count_towers(write: Callable[[dict[str, Any]], None]) -> None:
+    def record(count: int) -> None:
+        write({"kind": "tower", "images": count})
+
     for tower, images in towers():
-        original_call = tower.__call__
-
-        def counted_call(
-            self: Any, *args: Any, _call: Any = original_call, _images: Any = images, **kw: Any
-        ) -> Any:
-            write({"kind": "tower", "images": _images(*args[:2])})
-            return _call(self, *args, **kw)
-
-        tower.__call__ = counted_call
+        tower.__call__ = counted(tower.__call__, images, record)
 
 
 def _instrument(record_path: str) -> None:

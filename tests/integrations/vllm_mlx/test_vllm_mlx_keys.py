@@ -77,6 +77,7 @@ class FakePrefixCache:
     def fetch(self, key: list[int]) -> tuple[Any, list[int]]:
         self.asked.append(key)
         if self.stored and tuple(key[: len(self.stored)]) == self.stored:
+            self._last_matched_key = self.stored  # as MemoryAwarePrefixCache names the entry
             return "kv", key[len(self.stored) :]
         return None, key
 
@@ -119,3 +120,49 @@ def test_wrapper_without_selection_keys_text_by_token_ids_or_by_tenant() -> None
     ImageAwarePrefixCache(inner, EngineStats()).fetch([1, 2, 3])
     ImageAwarePrefixCache(inner, EngineStats(), salt="tenant-a").fetch([1, 2, 3])
     assert inner.asked[0] == [1, 2, 3] and inner.asked[1] == list(tenant_key([1, 2, 3], "tenant-a"))
+
+
+def test_wrapper_turns_a_hit_the_family_cannot_prefill_exactly_into_a_miss() -> None:
+    """`PrefixKey.reusable` (the family's `reusable_prefix`) sees how many tokens a hit reuses and
+    how long the stored entry is; a hit it refuses is answered as a miss (the engine prefills the
+    prompt whole, as stock vllm-mlx prefills every image prompt)."""
+    asked: list[tuple[int, int | None]] = []
+    for allowed in (False, True):
+        inner, stats = FakePrefixCache(), EngineStats()
+        cache = ImageAwarePrefixCache(inner, stats)
+        first = prefix_key(TOKENS[:9], PAD, [(A, 4)], namespace="ns", salt=None)
+        select_request(first)
+        cache.store(TOKENS[:9], "kv")
+
+        def reusable(reused: int, stored: int | None, allowed: bool = allowed) -> bool:
+            asked.append((reused, stored))
+            return allowed
+
+        second = prefix_key(TOKENS, PAD, [(A, 4), (B, 2)], namespace="ns", salt=None, reusable=reusable)
+        select_request(second)
+        kv, remaining = cache.fetch(TOKENS)
+        assert (kv, remaining) == (("kv", TOKENS[9:]) if allowed else (None, TOKENS))
+        assert (stats.kv_prefix_refused, stats.kv_prefix_hits) == ((0, 1) if allowed else (1, 0))
+    assert asked == [(9, 9), (9, 9)]
+
+
+def test_the_stored_length_is_read_from_vllm_mlx_memory_aware_prefix_cache() -> None:
+    """The wrapper reads the matched entry's length from MemoryAwarePrefixCache (vllm-mlx 0.6.0
+    keeps its key as ``_last_matched_key``); if a release stops keeping it, the length reads None
+    and a family that needs it (Gemma 4) refuses the hit rather than guess."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+    from vllm_mlx.memory_cache import MemoryAwarePrefixCache, MemoryCacheConfig
+
+    inner = MemoryAwarePrefixCache(model=None, config=MemoryCacheConfig(max_memory_mb=64))
+    stats = EngineStats()
+    cache = ImageAwarePrefixCache(inner, stats)
+    layer = KVCache()
+    layer.update_and_fetch(mx.zeros((1, 1, 130, 4)), mx.zeros((1, 1, 130, 4)))
+    select_request(None)
+    tokens = list(range(1, 141))
+    assert cache.store(tokens[:130], [layer])
+    seen: list[tuple[int, int | None]] = []
+    select_request(PrefixKey(tuple(tokens), tuple(tokens), lambda *hit: seen.append(hit) or True))
+    kv, remaining = cache.fetch(tokens)
+    assert kv is not None and remaining == tokens[130:] and seen == [(130, 130)]

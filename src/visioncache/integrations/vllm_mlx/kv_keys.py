@@ -15,7 +15,7 @@ survive vllm-mlx's prefix-cache persistence, which stores keys as 32-bit signed 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +32,13 @@ _TENANT_DOMAIN = "visioncache vllm-mlx tenant KV id v1"
 
 @dataclass(frozen=True)
 class PrefixKey:
-    """A prompt's real token ids and its image-aware key (the same length, position for position)."""
+    """A prompt's real token ids and its image-aware key (the same length, position for position),
+    and whether a hit reusing n of its tokens from a stored entry of m tokens (None: not known)
+    may be used (`Family.reusable_prefix`; None: any hit)."""
 
     token_ids: tuple[int, ...]
     key: tuple[int, ...]
+    reusable: Callable[[int, int | None], bool] | None = None
 
 
 def _negative_ids(seed_hex: str, count: int) -> list[int]:
@@ -67,10 +70,12 @@ def prefix_key(
     *,
     namespace: str,
     salt: str | bytes | None,
+    reusable: Callable[[int, int | None], bool] | None = None,
 ) -> PrefixKey:
     """The key of a prompt whose placeholders hold ``images``: (digest, token count) in order.
 
-    Placeholders are consumed in order, as the model consumes image features. Raises
+    Placeholders are consumed in order, as the model consumes image features; ``reusable`` says
+    which hits may be used (`PrefixKey.reusable`). Raises
     PlaceholderMismatchError when their number is not the images' total token count.
     """
     real = tuple(int(token) for token in token_ids)
@@ -87,4 +92,4 @@ def prefix_key(
         for position, value in zip(run, image_run_ids(namespace, salt, digest, run[0], count), strict=True):
             key[position] = value
         offset += count
-    return PrefixKey(real, tenant_key(key, salt))
+    return PrefixKey(real, tenant_key(key, salt), reusable)

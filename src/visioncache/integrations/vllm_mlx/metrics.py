@@ -26,6 +26,7 @@ _HELP = {
     "images_encoded": "Images that went through the vision tower",
     "kv_prefix_hits": "Image requests that reused cached KV",
     "kv_prefix_misses": "Image requests that found no cached KV",
+    "kv_prefix_refused": "Image requests whose cached KV was not used (its tail cannot be prefilled exactly)",
     "kv_tokens_reused": "Prompt tokens whose KV was reused instead of computed",
 }
 _HANDLE_HELP = {

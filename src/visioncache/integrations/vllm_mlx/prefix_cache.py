@@ -64,15 +64,25 @@ class ImageAwarePrefixCache:
         if key is None:
             return None, tokens
         cache, remaining = self._inner.fetch(key)
-        if _selected() is None:
+        selected = _selected()
+        if selected is None:
             return cache, list(tokens[len(tokens) - len(remaining) :])
         reused = len(tokens) - len(remaining) if cache is not None else 0
+        if reused and selected.reusable is not None and not selected.reusable(reused, self._stored()):
+            self._stats.kv_prefix_refused += 1
+            return None, tokens  # prefilled whole, as stock vllm-mlx prefills every image prompt
         if reused:
             self._stats.kv_prefix_hits += 1
             self._stats.kv_tokens_reused += reused
         else:
             self._stats.kv_prefix_misses += 1
         return cache, list(tokens[len(tokens) - len(remaining) :])
+
+    def _stored(self) -> int | None:
+        """The length of the stored entry the last fetch matched (MemoryAwarePrefixCache keeps
+        its key, vllm-mlx 0.6.0), or None where the wrapped cache does not say."""
+        matched = getattr(self._inner, "_last_matched_key", None)
+        return len(matched) if isinstance(matched, tuple) else None
 
     def fetch_exact_auxiliary(self, tokens: list[int]) -> Any:
         return self._call_keyed(self._inner.fetch_exact_auxiliary, tokens)

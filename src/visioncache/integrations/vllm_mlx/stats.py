@@ -22,6 +22,7 @@ class EngineStats:
     images_encoded: int = 0  # images that went through the tower
     kv_prefix_hits: int = 0  # image requests that reused cached KV
     kv_prefix_misses: int = 0
+    kv_prefix_refused: int = 0  # hits not used: the family cannot prefill their tail exactly
     kv_tokens_reused: int = 0  # prompt tokens whose KV was reused instead of computed
 
     def as_dict(self) -> dict[str, int]:

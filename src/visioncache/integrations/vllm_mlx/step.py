@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from visioncache import VisionEmbeddingCache
@@ -143,8 +144,9 @@ def _set_inputs(state: EngineState, request: Any, values: list[dict[str, Any]], 
     inputs = inputs_from_features(state.model, state.processor, values, request.prompt)
     key = None
     if digests is not None:
+        token_ids = inputs["input_ids"].reshape(-1).tolist()
         key = prefix_key(
-            inputs["input_ids"].reshape(-1).tolist(),
+            token_ids,
             state.family.image_token_id(state.model),
             [
                 (digest, int(value["image_features"].shape[0]))
@@ -152,6 +154,7 @@ def _set_inputs(state: EngineState, request: Any, values: list[dict[str, Any]], 
             ],
             namespace=state.cache.namespace,
             salt=state.salt,
+            reusable=partial(state.family.reusable_prefix, state.model, token_ids),
         )
     request.input_ids = inputs.pop("input_ids")
     request.attention_mask = inputs.pop("attention_mask")

@@ -185,6 +185,15 @@ class Family(ABC):
         return True
 
     # ---- 4. what the model is fed -------------------------------------------------------------
+    def uncached_forward(self, model: Model, inputs: Mapping[str, Any]) -> Any:
+        """The model's own forward on ``mlx_vlm.utils.prepare_inputs`` output, as mlx-vlm's
+        ``generate`` and vllm-mlx run it (what the self-check compares `forward` with)."""
+        inputs = dict(inputs)
+        input_ids, pixel_values, mask = (
+            inputs.pop(name) for name in ("input_ids", "pixel_values", "attention_mask")
+        )
+        return model(input_ids, pixel_values, mask=mask, **inputs)
+
     def tower_dtype(self, model: Model) -> Any:
         """The dtype the tower computes in (its first parameter's; cached features depend on it)."""
         from mlx.utils import tree_flatten
@@ -212,6 +221,15 @@ class Family(ABC):
     def window(self, feed: Feed, start: int, end: int) -> dict[str, Any]:
         """The language model's inputs for positions ``[start, end)`` of ``feed`` (batch 1),
         besides what vllm-mlx passes itself (position ids): a KV prefix hit's tail."""
+
+    def reusable_prefix(
+        self, model: Model, token_ids: Sequence[int], reused: int, stored: int | None
+    ) -> bool:
+        """Whether a prompt (``token_ids``) prefilled as the cached KV of its first ``reused``
+        tokens, taken from a stored entry of ``stored`` tokens (None: not known), plus its tail
+        gives what one prefill gives. True for the families whose layers all attend causally
+        over an unbounded KV cache (the self-check proves a split on the loaded model)."""
+        return True
 
 
 def grid_tokens(grid: Array, merge_size: int) -> int:

@@ -68,13 +68,12 @@ def _same(first: Any, second: Any) -> bool:
     return bool(first == second)
 
 
-def _uncached_logits(model: Model, processor: Processor, images: list[Any], prompt: str) -> Any:
+def _uncached_logits(
+    family: Family, model: Model, processor: Processor, images: list[Any], prompt: str
+) -> Any:
     utils = import_mlx_vlm_utils()
     inputs = dict(utils.prepare_inputs(processor, images=images, prompts=[prompt]))
-    input_ids, pixel_values, mask = (
-        inputs.pop(name) for name in ("input_ids", "pixel_values", "attention_mask")
-    )
-    return model(input_ids, pixel_values, mask=mask, **inputs).logits
+    return family.uncached_forward(model, inputs).logits
 
 
 def _cached_logits(
@@ -93,7 +92,7 @@ def _run_check(family: Family, model: Model, processor: Processor) -> Exactness:
     batched = all(_same(a, b) for a, b in zip(alone, family.encode(model, entries), strict=True))
     marker = family.marker(processor)
     prompt = f"describe {marker} and {marker} please"
-    expected = _uncached_logits(model, processor, images, prompt)
+    expected = _uncached_logits(family, model, processor, images, prompt)
     ours = _cached_logits(family, model, processor, alone, prompt)
     if expected.shape != ours.shape or not bool(mx.array_equal(expected, ours).item()):
         difference = (
