@@ -3,7 +3,10 @@
 Three users, four turns each, history re-sent every turn (as OpenAI-style clients do): turn 1 is
 a shared image, turn 2 the user's own image, turn 3 a text-only follow-up, turn 4 the next user's
 image. The system prompt is long enough (128+ tokens with the images) for vllm-mlx's prefix cache,
-which stores nothing shorter.
+which stores nothing shorter. Each user words the questions their own way (`question`), so no two
+requests are the same: stock vllm-mlx answers a repeated request from its pixel cache without the
+model inputs it cleared after the first (Gemma 4's image token types; docs/vllm-mlx.md), which
+test_vllm_mlx_families.py checks on its own.
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ from PIL import Image
 
 SYSTEM = " ".join(["you are a helpful assistant look at the photo and describe it"] * 10)
 QUESTIONS = ("describe the image", "compare the image and the picture", "what is in this picture", "and this")
+_WORDING = ("", " please", " now")  # user n's words after each question
+
+
+def question(turn: int, user: int) -> str:
+    """What ``user`` asks at ``turn`` (0-based)."""
+    return QUESTIONS[turn] + _WORDING[user % len(_WORDING)]
+
+
 SIZES = ((112, 112), (84, 112), (112, 84), (140, 112), (112, 140), (84, 84), (140, 140))  # (w, h)
 
 

@@ -26,7 +26,7 @@ from tests.support.vllm_mlx_server import ServerProcess
 
 pytestmark = pytest.mark.slow
 
-FAMILIES = ["qwen3_vl", "qwen3_5", "idefics3", "smolvlm"]
+FAMILIES = ["qwen3_vl", "qwen3_5", "idefics3", "smolvlm", "gemma4"]
 # Qwen3.5's gated-delta layers give other numbers when a prompt is prefilled in two parts (the
 # family self-check's split-prefill probe), so serve-mlx reuses no KV for its image prompts.
 NO_KV_REUSE = {"qwen3_5"}
@@ -118,3 +118,27 @@ def test_image_requests_of_one_step_share_one_tower_call(servers: Servers) -> No
     # visioncache: ONE call for the step's three distinct missing images.
     assert towers == [servers.units(*new)]
     assert engine_stats(servers.visioncache)["image_request_errors"] == 0
+
+
+# Families whose prepare_inputs returns model inputs besides pixels and grids (Gemma 4's
+# mm_token_type_ids): stock vllm-mlx stores them in its pixel cache by reference and clears them
+# after the first request's prefill, so it answers an identical request without them.
+STOCK_REPLAYS_WITHOUT_EXTRAS = {"gemma4"}
+
+
+def test_a_repeated_request_is_answered_as_the_first_one(servers: Servers) -> None:
+    """The same image request twice: visioncache answers it the same both times (its first answer
+    is stock's first); stock answers the repeat from its pixel cache, which for Gemma 4 has lost
+    the image token types, so its image tokens no longer attend each other both ways."""
+    messages = [user_message("tell me about the photo please", image_url(300))]
+    answers = {}
+    for server in (servers.stock, servers.visioncache):
+        sent = []
+        for _ in range(2):
+            recording = Recording(server)
+            complete(client_for(server.base_url), messages, 3, media_token_bias(servers.model_dir))
+            sent.append(recording.tokens())
+        answers[server.engine] = sent
+    (stock_first, stock_repeat), (first, repeat) = answers["stock"], answers["visioncache"]
+    assert first == repeat == stock_first
+    assert (stock_repeat != stock_first) is (servers.family in STOCK_REPLAYS_WITHOUT_EXTRAS)

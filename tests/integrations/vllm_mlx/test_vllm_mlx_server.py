@@ -21,6 +21,7 @@ from tests.integrations.vllm_mlx.chat import (
     client_for,
     complete,
     image_url,
+    question,
     turn_images,
     user_message,
 )
@@ -55,10 +56,11 @@ def run_chats(
     client = client_for(server.base_url)
     conversations = [Conversation(logit_bias=logit_bias) for _ in own]
     replies, reused = [], []
-    for turn, question in enumerate(QUESTIONS):
+    for turn in range(len(QUESTIONS)):
         for user, conversation in enumerate(conversations):
             before = engine_stats(server).get("kv_tokens_reused", 0)
-            replies.append(conversation.send(client, question, *turn_images(user, turn, shared, own)))
+            text = question(turn, user)
+            replies.append(conversation.send(client, text, *turn_images(user, turn, shared, own)))
             reused.append(engine_stats(server).get("kv_tokens_reused", 0) - before)
     return replies, reused
 
