@@ -20,12 +20,19 @@ from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.redis import RedisTier
 
+# Seconds a tier waits for its storage when no fault is staged: the killed-writer test's premise
+# ("flushed means stored, and reads back") must not depend on a 0.25 s socket timeout holding on a
+# loaded machine (a 1 MiB write or a multi-MiB MGET timed out there, and read back as a miss).
+PATIENT = 10.0
 
-def tier_from_spec(spec: dict[str, Any]) -> Tier:
-    """A new tier object on the storage ``spec`` names."""
+
+def tier_from_spec(spec: dict[str, Any], timeout: float | None = None) -> Tier:
+    """A new tier object on the storage ``spec`` names; ``timeout`` seconds for its storage
+    (default: short, as the stall tests want)."""
     if spec["kind"] == "disk":
-        return DiskTier(spec["directory"], timeout=0.2)
-    return RedisTier(spec["url"], key_prefix=spec["prefix"], cluster=spec["kind"] == "cluster")
+        return DiskTier(spec["directory"], timeout=timeout or 0.2)
+    options = {"socket_timeout": timeout} if timeout else {}
+    return RedisTier(spec["url"], key_prefix=spec["prefix"], cluster=spec["kind"] == "cluster", **options)
 
 
 def entry_key(index: int) -> str:
@@ -39,7 +46,7 @@ def stored_value(index: int) -> np.ndarray:
 
 
 def main(spec: dict[str, Any]) -> None:
-    chain = TierChain([tier_from_spec(spec)])  # background writes, as a serving process does
+    chain = TierChain([tier_from_spec(spec, PATIENT)])  # background writes, as a serving process does
     for index in itertools.count():
         chain.save_entry(entry_key(index), stored_value(index), float(index))
         if index % 4 == 3:

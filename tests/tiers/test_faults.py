@@ -36,7 +36,7 @@ import torch
 
 from tests.conftest import encode_image, random_image
 from tests.tiers.conftest import FakeClock
-from tests.tiers.fault_writer import entry_key, stored_value, tier_from_spec
+from tests.tiers.fault_writer import PATIENT, entry_key, stored_value, tier_from_spec
 from visioncache import VisionEmbeddingCache, compute_image_hash
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
@@ -409,7 +409,7 @@ def test_sigkilled_writer_leaves_no_entry_that_reads_back_wrong(backend: Backend
     finally:
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=30)
-    reader = TierChain([backend.make()], max_pending_write_bytes=0)
+    reader = TierChain([tier_from_spec(backend.spec, PATIENT)], max_pending_write_bytes=0)
     keys = [entry_key(index) for index in range(confirmed + 64)]
     wrong, found = [], 0
     for index, entry in enumerate(reader.load_entries(keys)):
