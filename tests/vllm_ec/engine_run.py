@@ -81,6 +81,21 @@ def engine_arguments(
     return arguments
 
 
+def answered(result: Any, started: float) -> tuple[float, dict[str, Any]]:
+    """A finished request's time to first token (vLLM's own metric, else the time since
+    ``started``) and its output as the runs report it: token ids and top-5 logprobs."""
+    metrics = getattr(result, "metrics", None)
+    first = getattr(metrics, "first_token_latency", None) if metrics is not None else None
+    completion = result.outputs[0]
+    output = {
+        "token_ids": list(completion.token_ids),
+        "logprobs": [
+            sorted((token, entry.logprob) for token, entry in step.items()) for step in completion.logprobs
+        ],
+    }
+    return (first if first else time.perf_counter() - started), output
+
+
 def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
     from vllm import SamplingParams
 
@@ -104,20 +119,10 @@ def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
             failed += 1
             replies[(user, turn)] = ""
             continue
-        metrics = getattr(result, "metrics", None)
-        first = getattr(metrics, "first_token_latency", None) if metrics is not None else None
-        first_token_seconds.append(first if first else time.perf_counter() - started)
-        completion = result.outputs[0]
-        replies[(user, turn)] = completion.text
-        outputs.append(
-            {
-                "token_ids": list(completion.token_ids),
-                "logprobs": [
-                    sorted((token, entry.logprob) for token, entry in step.items())
-                    for step in completion.logprobs
-                ],
-            }
-        )
+        seconds, output = answered(result, started)
+        first_token_seconds.append(seconds)
+        replies[(user, turn)] = result.outputs[0].text
+        outputs.append(output)
     return {
         "encoded": encoded_items(log) - before,
         "failed": failed,
