@@ -26,7 +26,7 @@ from tests.support.vllm_mlx_server import ServerProcess
 
 pytestmark = pytest.mark.slow
 
-FAMILIES = ["qwen3_vl", "qwen3_5", "idefics3", "smolvlm", "gemma4"]
+FAMILIES = ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "idefics3", "smolvlm", "gemma4"]
 # Qwen3.5's gated-delta layers give other numbers when a prompt is prefilled in two parts (the
 # family self-check's split-prefill probe), so serve-mlx reuses no KV for its image prompts.
 NO_KV_REUSE = {"qwen3_5"}
