@@ -14,6 +14,13 @@ exist: a lock they held stays held forever, and work they owned is never finishe
 
 Locks taken this way must not be held while taking another (leaves), or while inside a `Gate`:
 a fork takes them in no particular order. Objects and locks are tracked weakly.
+
+Race-free by construction: registering (`track`, `lock`) and the fork's snapshot of what is
+registered take one registry lock, which the fork holds until it is over. So no thread can grow a
+set while the fork reads it (iterating a set another thread grows raises, and a raising hook lets
+the fork go ahead unprotected), and nothing made during the fork escapes it: a thread creating a
+cache then waits for the fork, outside every lock it could hand on held. Nothing registers from
+inside a tracked lock, a `Gate` or a weakref callback, so the registry lock is always a leaf.
 """
 
 from __future__ import annotations
@@ -36,22 +43,26 @@ class ForkAware(Protocol):
     def after_fork_in_child(self) -> None: ...
 
 
+_REGISTRY = threading.Lock()  # guards the two sets below; held by a fork from start to end
 _TRACKED: weakref.WeakSet[ForkAware] = weakref.WeakSet()
 _LOCKS: weakref.WeakSet[threading.Lock] = weakref.WeakSet()
 _PREPARED: list[ForkAware] = []  # the objects prepared for the fork in progress, in order
 _HELD: list[threading.Lock] = []  # the locks taken for the fork in progress
+_FORKING: list[bool] = []  # [True] while a fork holds the registry (a list: no `global`)
 
 
 def track(item: ForkAware) -> None:
     """Call ``item``'s hooks around every fork of this process while ``item`` lives."""
-    _TRACKED.add(item)
+    with _REGISTRY:
+        _TRACKED.add(item)
 
 
 def lock() -> threading.Lock:
     """A new ``threading.Lock`` that no thread holds while this process forks (see the module
     docstring: hold it only briefly, and take no other lock while holding it)."""
     made = threading.Lock()
-    _LOCKS.add(made)
+    with _REGISTRY:
+        _LOCKS.add(made)
     return made
 
 
@@ -114,21 +125,34 @@ class Gate:
 
 
 def _before() -> None:
-    _PREPARED[:] = list(_TRACKED)
-    for item in _PREPARED:
-        item.before_fork()
-    _HELD[:] = list(_LOCKS)
-    for held in _HELD:
-        held.acquire()
+    """Take the registry, then prepare every tracked object and take every lock, in that order.
+    ``_PREPARED`` and ``_HELD`` grow one item at a time, after it is taken, so `_after` undoes
+    exactly what was done; a hook that raises (a bug) undoes it all before the fork goes ahead."""
+    _REGISTRY.acquire()
+    _FORKING.append(True)
+    try:
+        for item in list(_TRACKED):  # a WeakSet defers the collector's removals while iterated
+            item.before_fork()
+            _PREPARED.append(item)
+        for held in list(_LOCKS):
+            held.acquire()
+            _HELD.append(held)
+    except BaseException:
+        _after(in_child=False)
+        raise
 
 
 def _after(in_child: bool) -> None:
+    if not _FORKING:  # `_before` raised and undid itself already
+        return
     for held in reversed(_HELD):
         held.release()
     _HELD.clear()
     for item in reversed(_PREPARED):
         (item.after_fork_in_child if in_child else item.after_fork_in_parent)()
     _PREPARED.clear()
+    _FORKING.clear()
+    _REGISTRY.release()
 
 
 if hasattr(os, "register_at_fork"):

@@ -39,6 +39,7 @@ EXIT_FLUSH_SECONDS = 10.0
 Job = Callable[[], object]
 _IDLE_CHECK_SECONDS = 1.0
 _LIVE_WRITERS: weakref.WeakSet[BackgroundWriter] = weakref.WeakSet()
+_LIVE_WRITERS_LOCK = forking.lock()  # other threads may still make writers while exit flushes
 
 
 class _Queue:
@@ -57,7 +58,8 @@ class BackgroundWriter:
         self.max_pending_bytes = max_pending_bytes
         self.dropped = 0
         self._reset()
-        _LIVE_WRITERS.add(self)
+        with _LIVE_WRITERS_LOCK:
+            _LIVE_WRITERS.add(self)
         forking.track(self)
 
     def _reset(self) -> None:
@@ -182,7 +184,9 @@ def _drain(state: _Queue, owner: weakref.ref[BackgroundWriter]) -> None:
 
 
 def _flush_at_exit() -> None:
-    for writer in list(_LIVE_WRITERS):
+    with _LIVE_WRITERS_LOCK:
+        writers = list(_LIVE_WRITERS)
+    for writer in writers:
         if writer._pid == os.getpid() and not writer.flush(EXIT_FLUSH_SECONDS):
             logger.warning("exiting with %d tier writes still queued", writer.pending)
 
