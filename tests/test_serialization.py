@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import mlx.core as mx
@@ -11,6 +10,7 @@ import pytest
 import safetensors.numpy
 import torch
 
+from tests.support.blobs import forged_tree
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
 from visioncache.errors import CorruptEntryError, UnserializableValueError
 from visioncache.tiers import serialization
@@ -208,18 +208,9 @@ def test_hmac_mismatches_are_corrupt() -> None:
         loads(BLOB, secret=b"right", context="k")  # an unsigned blob is refused when signing is on
 
 
-def forged(skeleton: Any, version: str = "1") -> bytes:
+def forged(skeleton: Any, version: str = str(serialization.FORMAT_VERSION)) -> bytes:
     """A blob with a valid (unkeyed) digest, as anyone with write access could make it."""
-    text = json.dumps(skeleton)
-    digest = serialization._digest(None, "", text, {})
-    metadata = {
-        "format": "visioncache.tree",
-        "version": version,
-        "skeleton": text,
-        "auth": "none",
-        "digest": digest.hex(),
-    }
-    return safetensors.numpy.save({}, metadata=metadata)
+    return forged_tree(skeleton, version=version)
 
 
 def test_forged_blob_cannot_construct_unregistered_classes() -> None:
@@ -234,7 +225,7 @@ def test_forged_blob_cannot_construct_unregistered_classes() -> None:
 
 def test_unknown_version_and_foreign_files_are_corrupt() -> None:
     with pytest.raises(CorruptEntryError, match="version"):
-        loads(forged([1], version="2"))
+        loads(forged([1], version="3"))
     with pytest.raises(CorruptEntryError):
         loads(safetensors.numpy.save({"w": np.zeros(2)}))  # a plain safetensors file
     with pytest.raises(CorruptEntryError):

@@ -87,9 +87,20 @@ class Backend:
     spec: dict[str, Any]
     stall: Callable[[], AbstractContextManager[None]]
     recover: Callable[[], None] = lambda: None
+    stalls: Callable[[str], bool] = lambda tier_key: True  # whether a stall stops this key's server
 
     def make(self) -> Tier:
         return tier_from_spec(self.spec)
+
+    def images_reaching_the_stall(self, cache: VisionEmbeddingCache, count: int) -> list[bytes]:
+        """``count`` new images, one of which (at least) is stored where the stall stops: a
+        cluster's stopped node holds a third of the slots, and keys change with their format."""
+        chain = cache.tiers
+        assert isinstance(chain, TierChain)
+        while True:
+            batch = new_images(count)
+            if any(self.stalls(chain.tier_keys(str(cache.key("embedding", [item])))[0]) for item in batch):
+                return batch
 
 
 @contextmanager
@@ -162,7 +173,18 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str) -
     cluster = request.getfixturevalue("faults_cluster")
     spec = {"kind": "cluster", "url": cluster.url, "prefix": redis_prefix}
     # One node of three: keys on the other two are served until a call touches the stopped one.
-    return Backend(spec, lambda: stopped(cluster.processes[1].pid), lambda: wait_for_cluster(cluster.url))
+    client = redis.RedisCluster.from_url(cluster.url)
+    stopped_port = cluster.ports[1]
+
+    def on_the_stopped_node(tier_key: str) -> bool:
+        return bool(client.get_node_from_key(redis_prefix + tier_key).port == stopped_port)
+
+    return Backend(
+        spec,
+        lambda: stopped(cluster.processes[1].pid),
+        lambda: wait_for_cluster(cluster.url),
+        on_the_stopped_node,
+    )
 
 
 @dataclass
@@ -296,10 +318,10 @@ def test_regression_stats_of_a_locked_tier_wait_on_it_at_every_scrape(backend: B
     tier = CountingTier(backend.make())  # never opened before the stall
     chain = TierChain([tier], retry_interval=INTERVAL, clock=clock, max_pending_write_bytes=0)
     cache = VisionEmbeddingCache(tiers=chain)
+    batch = backend.images_reaching_the_stall(cache, 2)
     with backend.stall():
         for _ in range(5):
             cache.get_stats()  # scrapes
-        batch = new_images(2)
         assert all_correct(cache.encode_images(batch, Encoder()), batch)
         for _ in range(5):
             cache.get_stats()

@@ -26,7 +26,7 @@ from visioncache.identity.hasher import ImageHasher, frame
 
 __all__ = ["DEFAULT_NAMESPACE", "KEY_FORMAT_VERSION", "ImageKeys", "KeyBuilder", "is_image_sequence"]
 
-KEY_FORMAT_VERSION = 1
+KEY_FORMAT_VERSION = 2  # bumped whenever keys or stored values change format (tiers/serialization.py)
 DEFAULT_NAMESPACE = "default"
 
 

@@ -1,27 +1,30 @@
 """Array trees to bytes and back, for shared tiers: safetensors + a JSON skeleton, never pickle.
 
-A blob is a standard safetensors file. Its tensors are the tree's arrays (numpy, torch, mlx, and
-bytes leaves as uint8); its ``__metadata__`` holds the format tag and version, the JSON skeleton
-(containers, scalars, and for each array its kind and exact dtype) and a digest. Guarantees:
+A blob is ``MAGIC`` (8 bytes: the format and its version), a 32-byte digest, then a standard
+safetensors file (`visioncache.tiers.tensor_file`) whose tensors are the tree's arrays (numpy,
+torch, mlx, and bytes leaves as uint8) and whose ``__metadata__`` holds the format tag and version
+and the JSON skeleton (containers, scalars, and for each array its kind and exact dtype).
+Guarantees:
 
+- **verified before it is parsed**: the digest covers the format, a caller-given ``context`` (the
+  key) and every byte of the safetensors file; it is checked first, over the blob in place, and
+  nothing of a blob whose digest does not match is parsed. It is blake3 without a secret and
+  HMAC-SHA256 with one. A truncated or altered blob, one copied under another key, another format
+  version's, or one whose verified content is still malformed (anyone who can write to an unsigned
+  tier can make a valid blake3 digest: say, a header of 200 KB of nested ``[``) raises
+  `CorruptEntryError`, never anything else. With a ``secret``, a blob that does not verify raises
+  `UnverifiableEntryError` (a `CorruptEntryError` that tiers must not delete: it may be another
+  fleet's, mid-rotation), and only a blob this fleet signed is ever parsed;
 - dtype-exact round trips, bfloat16 and float8 included (stored as their bit patterns), and each
   array comes back as the kind it went in as (numpy -> numpy, torch -> torch, mlx -> mlx). Torch
   tensors come back on the CPU, detached; arrays come back writable and share no memory with the
-  blob;
-- the digest covers the skeleton, every tensor's name, dtype, shape and bytes, and a caller-given
-  ``context`` (the key): blake3 without a secret, HMAC-SHA256 with one. A truncated or altered
-  blob, or one copied under another key, raises `CorruptEntryError`, as does an unknown format
-  version. Forgery is detected only with a secret: without one, anyone who can write to the tier
-  can write a blob with a valid blake3 digest. A blob signed under a secret the reader does not
-  accept (or not signed, for a reader that requires it) raises `UnverifiableEntryError` (a
-  `CorruptEntryError` that tiers must not delete: it may be another fleet's, mid-rotation).
-  ``secrets`` lists the accepted secrets: blobs are signed with the first. Nothing is decoded
-  before the digest checks out, and only dataclasses registered by name (the
-  `visioncache.entries` ones) are ever constructed;
+  blob. Only dataclasses registered by name (the `visioncache.entries` ones) are ever constructed;
 - a tree holding anything else raises `UnserializableValueError` before any bytes are produced.
 
-Putting the skeleton in the safetensors header, instead of a header of our own in front, lets a
-read parse the blob in place: no slice of a 20 MB blob is copied before the arrays are.
+The arrays' bytes are copied once each way: into the blob (joined with the header and digest in
+one pass, hashed in place before) and out of it (each array read from the blob in place).
+Changing this layout changes ``MAGIC`` and `visioncache.identity.KEY_FORMAT_VERSION`, so two
+versions of visioncache sharing a tier never read (and delete) each other's entries.
 """
 
 from __future__ import annotations
@@ -29,13 +32,11 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
-import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-import safetensors.numpy
 from blake3 import blake3
 
 from visioncache import entries
@@ -46,18 +47,24 @@ from visioncache.errors import (
     UnverifiableEntryError,
 )
 from visioncache.identity.hasher import frame
+from visioncache.tiers import tensor_file
 from visioncache.trees import Container, fold
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "dumps", "loads", "register_dataclass"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MAGIC", "dumps", "loads", "register_dataclass"]
 
 FORMAT = "visioncache.tree"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+MAGIC = b"vctree\x00" + bytes([FORMAT_VERSION])
+_DIGEST_BYTES = 32  # blake3's and HMAC-SHA256's
+_PREFIX = len(MAGIC) + _DIGEST_BYTES
 _MAX_DEPTH = 64  # a deeper tree is almost surely a cycle; refuse it rather than overflow the stack
 _INTEGERS = [f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64)]
 _NUMPY_DTYPES = frozenset(["bool", *_INTEGERS, "float16", "float32", "float64", "complex64"])
 # Dtypes numpy lacks travel as their bit patterns; the skeleton records the real dtype.
 _BIT_PATTERNS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 _DATACLASSES: dict[str, type[Any]] = {}
+# What a well-formed digest can still hide in content anyone can sign with blake3.
+_MALFORMED = (KeyError, TypeError, ValueError, IndexError, OverflowError, RecursionError)
 
 
 def register_dataclass(cls: type[Any]) -> type[Any]:
@@ -76,84 +83,41 @@ def dumps(tree: object, *, secret: bytes | None = None, context: str = "") -> by
     """Serialise ``tree``; ``secret`` signs it with HMAC-SHA256, ``context`` (the key) is bound in."""
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     skeleton = json.dumps(_encode(tree, arrays), separators=(",", ":"))
-    digest = _digest(secret, context, skeleton, arrays)
-    metadata = {
-        "format": FORMAT,
-        "version": str(FORMAT_VERSION),
-        "skeleton": skeleton,
-        "auth": "none" if secret is None else "hmac-sha256",
-        "digest": digest.hex(),
-    }
-    return safetensors.numpy.save(arrays, metadata=metadata)
+    metadata = {"format": FORMAT, "version": str(FORMAT_VERSION), "skeleton": skeleton}
+    parts = tensor_file.pack(arrays, metadata)
+    return b"".join([MAGIC, _digest(secret, context, parts), *parts])
 
 
 def loads(blob: bytes, *, secret: bytes | None = None, context: str = "") -> Any:
     """The tree in ``blob``; raises `CorruptEntryError` unless it is intact, current and authentic
-    (`UnverifiableEntryError` when it is signed otherwise than ``secret`` asks)."""
-    metadata = _read_metadata(blob)
-    if metadata.get("format") != FORMAT:
-        raise CorruptEntryError("not a visioncache blob (format tag missing)")
-    if metadata.get("version") != str(FORMAT_VERSION):
-        raise CorruptEntryError(f"unsupported format version {metadata.get('version')!r}")
-    expected_auth = "none" if secret is None else "hmac-sha256"
-    if metadata.get("auth") != expected_auth:
-        raise UnverifiableEntryError(
-            f"blob is signed with {metadata.get('auth')!r}, expected {expected_auth!r}"
-        )
-    stored_digest = metadata.get("digest", "")
-    if not isinstance(stored_digest, str) or not stored_digest.isascii():
-        raise CorruptEntryError("malformed digest in the blob's header")
-    try:
-        arrays = safetensors.numpy.load(blob)
-    except Exception as error:  # SafetensorError and friends: the tensor section is damaged
-        raise CorruptEntryError(f"damaged tensor data: {error}") from error
-    skeleton = metadata.get("skeleton", "")
-    if not isinstance(skeleton, str):
-        raise CorruptEntryError("malformed skeleton in the blob's header")
-    digest = _digest(secret, context, skeleton, arrays)
-    if not hmac.compare_digest(digest.hex(), stored_digest):
-        if secret is not None:  # altered, or signed with a secret this reader does not hold
+    (`UnverifiableEntryError` when ``secret`` is given and it does not verify)."""
+    if not isinstance(blob, bytes) or len(blob) < _PREFIX:
+        raise CorruptEntryError("blob too short")
+    if blob[: len(MAGIC)] != MAGIC:
+        raise CorruptEntryError(f"not a visioncache blob of format version {FORMAT_VERSION}")
+    file = memoryview(blob)[_PREFIX:]
+    if not hmac.compare_digest(_digest(secret, context, [file]), blob[len(MAGIC) : _PREFIX]):
+        if secret is not None:  # altered, forged, misplaced or signed with another secret
             raise UnverifiableEntryError(
                 "HMAC mismatch: altered, forged, misplaced or signed with another secret"
             )
         raise CorruptEntryError("digest mismatch: the blob was altered or stored under another key")
     try:
-        return _decode(json.loads(skeleton), arrays, 0)
-    except (KeyError, TypeError, ValueError, IndexError, RecursionError) as error:
-        raise CorruptEntryError(f"malformed skeleton: {error!r}") from error
+        metadata, arrays = tensor_file.unpack(file)
+        if metadata.get("format") != FORMAT or metadata.get("version") != str(FORMAT_VERSION):
+            raise ValueError(f"format {metadata.get('format')!r} version {metadata.get('version')!r}")
+        return _decode(json.loads(metadata["skeleton"]), arrays, 0)
+    except _MALFORMED as error:
+        raise CorruptEntryError(f"malformed content: {error!r}"[:300]) from None
 
 
-def _read_metadata(blob: bytes) -> dict[str, str]:
-    # safetensors layout: little-endian u64 header length, then the JSON header.
-    if not isinstance(blob, bytes) or len(blob) < 8:
-        raise CorruptEntryError("blob too short")
-    (header_length,) = struct.unpack_from("<Q", blob)
-    if 8 + header_length > len(blob):
-        raise CorruptEntryError("blob truncated inside its header")
-    try:
-        header = json.loads(blob[8 : 8 + header_length])
-        metadata = header["__metadata__"]
-    except (ValueError, KeyError, TypeError) as error:
-        raise CorruptEntryError(f"unreadable header: {error!r}") from error
-    if not isinstance(metadata, dict):
-        raise CorruptEntryError("unreadable header: metadata is not an object")
-    return metadata
-
-
-def _digest(
-    secret: bytes | None, context: str, skeleton: str, arrays: dict[str, np.ndarray[Any, Any]]
-) -> bytes:
+def _digest(secret: bytes | None, context: str, parts: Iterable[Any]) -> bytes:
     if secret is not None and (not isinstance(secret, bytes) or not secret):
         raise ConfigurationError("the HMAC secret must be non-empty bytes")
     hasher: Any = hmac.new(secret, digestmod="sha256") if secret is not None else blake3()
-    hasher.update(frame(FORMAT.encode()) + frame(context.encode("utf-8", "surrogatepass")))
-    hasher.update(frame(skeleton.encode("utf-8", "surrogatepass")))
-    for name in sorted(arrays):  # safetensors may reorder tensors; the digest must not care
-        array = arrays[name]
-        hasher.update(frame(f"{name}:{array.dtype.str}:{list(array.shape)}".encode()))
-        hasher.update(struct.pack("<Q", array.nbytes))
-        if array.size:
-            hasher.update(array.data.cast("B"))
+    hasher.update(frame(MAGIC) + frame(context.encode("utf-8", "surrogatepass")))
+    for part in parts:
+        hasher.update(part)
     digest: bytes = hasher.digest()
     return digest
 
