@@ -28,6 +28,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
 from visioncache import ContentId, VisionEmbeddingCache
+from visioncache.identity.path_memo import SETTLE_SECONDS
 
 from _timing import interleaved_medians, print_table
 
@@ -60,6 +61,7 @@ def main() -> int:
     Path(path).write_bytes(jpeg)
     past = time.time() - 60  # an unchanged file (see path_memo: fresh files are not memoised)
     os.utime(path, (past, past))
+    time.sleep(SETTLE_SECONDS + 0.05)  # its ctime, which nothing sets back, must age too
 
     cache = VisionEmbeddingCache()
     embedding = np.zeros((999, 1536), dtype=np.float16)

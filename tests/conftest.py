@@ -13,6 +13,8 @@ import pybase64
 import pytest
 from PIL import Image
 
+from visioncache.identity.path_memo import SETTLE_SECONDS
+
 
 def encode_image(image: Image.Image, fmt: str = "PNG") -> bytes:
     buffer = io.BytesIO()
@@ -45,16 +47,23 @@ def photo_jpeg() -> bytes:
     return path.read_bytes()
 
 
+def settle(path: Path) -> Path:
+    """Make ``path`` a file the path memo may remember: its mtime set back, and its ctime (which
+    no call sets back) left to age past the memo's settle window."""
+    past = time.time() - 60
+    os.utime(path, (past, past))
+    time.sleep(max(0.0, path.stat().st_ctime + SETTLE_SECONDS + 0.05 - time.time()))
+    return path
+
+
 @pytest.fixture
 def settled_file(tmp_path: Path) -> Callable[[bytes, str], Path]:
-    """Write bytes to a file whose mtime is in the past, so the path memo may remember it."""
+    """Write bytes to a file the path memo may remember (`settle`)."""
 
     def write(data: bytes, name: str = "image.png") -> Path:
         path = tmp_path / name
         path.write_bytes(data)
-        past = time.time() - 60
-        os.utime(path, (past, past))
-        return path
+        return settle(path)
 
     return write
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import encode_image, random_image
+from tests.conftest import encode_image, random_image, settle
 from tests.support.forks import held_by_another_thread, run_in_child, start_child, wait_for_child
 from visioncache import VisionEmbeddingCache, compute_image_hash
 from visioncache.identity import pil
@@ -52,8 +52,7 @@ def animated_gif(frames: int = 12, side: int = 96) -> Image.Image:
 
 def settled(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
-    os.utime(path, (time.time() - 60, time.time() - 60))  # the path memo remembers settled files
-    return path
+    return settle(path)  # the path memo remembers settled files only
 
 
 def test_regression_child_forked_inside_the_pil_identity_lock_waits_forever() -> None:

@@ -18,6 +18,7 @@ from visioncache import (
     compute_images_hash,
 )
 from visioncache.identity.hasher import ImageHasher
+from visioncache.identity.path_memo import PathDigestMemo
 
 
 def test_same_bytes_as_path_bytes_data_url_and_pathlike_share_a_digest(photo_jpeg, settled_file):
@@ -160,6 +161,52 @@ def test_edited_file_is_never_served_stale(settled_file, make_png):
     os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns - 30 * 10**9))
     after = hasher.digest(str(path))
     assert after.hex() == compute_image_hash(bytes(edited)) and after != before
+
+
+def test_regression_a_recreated_file_gets_the_deleted_files_digest(settled_file, make_png):
+    """A file deleted and another of the same size written at the same path, its modification
+    time set to the old one: ext4 reuses the inode, so (dev, ino, size, mtime) matched and the
+    memo served the deleted file's digest. The status-change time, which no call sets back, is
+    in the key now."""
+    hasher = ImageHasher()
+    original = make_png(6)
+    path = settled_file(original)
+    before = hasher.digest(str(path))
+    old = path.stat()
+    replacement = bytearray(original)
+    replacement[-20] ^= 0xFF
+    path.unlink()
+    path.write_bytes(bytes(replacement))
+    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    new = path.stat()
+    assert (new.st_size, new.st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+    after = hasher.digest(str(path))
+    assert after.hex() == compute_image_hash(bytes(replacement)) and after != before
+
+
+def test_regression_a_stat_key_equal_but_for_ctime_is_another_file(tmp_path: Path):
+    """The same, whether or not this filesystem reuses the inode: two stat results equal in
+    device, inode, size and modification time but not in status-change time are two files."""
+    memo = PathDigestMemo()
+
+    def status(ctime_ns: int) -> os.stat_result:  # mode, ino, dev, nlink, uid, gid, size, times
+        seconds = (1, 1, ctime_ns // 10**9)
+        return os.stat_result((0o100644, 7, 1, 1, 0, 0, 100, *seconds, *seconds, 10**9, 10**9, ctime_ns))
+
+    old, recreated = status(10**9), status(2 * 10**9)
+    memo.remember("/images/a.png", old, b"d" * 32)
+    assert memo.lookup("/images/a.png", old) == b"d" * 32
+    assert memo.lookup("/images/a.png", recreated) is None
+
+
+def test_a_file_whose_ctime_is_recent_is_not_memoised(tmp_path: Path, make_png):
+    """Setting the modification time back does not settle a file just written: its ctime is now."""
+    hasher = ImageHasher()
+    path = tmp_path / "touched.png"
+    path.write_bytes(make_png(9))
+    os.utime(path, (1e9, 1e9))
+    hasher.digest(str(path))
+    assert len(hasher.path_memo) == 0
 
 
 def test_recently_written_file_is_not_memoised(tmp_path: Path, make_png):

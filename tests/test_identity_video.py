@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.conftest import random_image
+from tests.conftest import random_image, settle
 from visioncache import VisionEmbeddingCache, compute_image_hash
 from visioncache.errors import ImageTooLargeError, InvalidArgumentError, InvalidImageError
 from visioncache.identity import ContentId, VideoFile, VideoFrame, VideoPatch
@@ -43,8 +42,7 @@ def mp4(count: int = 8, seed: int = 0) -> bytes:
 
 def settled(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
-    os.utime(path, (time.time() - 60, time.time() - 60))
-    return path
+    return settle(path)  # the path memo remembers settled files only
 
 
 def test_regression_a_video_patch_key_is_an_image_array_of_its_32_bytes() -> None:
