@@ -40,13 +40,16 @@ from typing import Any
 from visioncache import forking
 from visioncache.errors import ConfigurationError, CorruptEntryError
 from visioncache.tiers import defaults
-from visioncache.tiers.disk_store import BoundedCache, BytesOnlyDisk
+from visioncache.tiers.disk_store import SETTINGS, BoundedCache, BytesOnlyDisk
 from visioncache.tiers.stats import TierSizes
 
-__all__ = ["BytesOnlyDisk", "DirectoryReplacedError", "DiskTier"]
+__all__ = ["DISK_SLACK_BYTES", "BytesOnlyDisk", "DirectoryReplacedError", "DiskTier"]
 
 logger = logging.getLogger(__name__)
 _DATABASE = "cache.db"  # diskcache's index, in the directory
+# What the directory may hold beyond ``max_bytes``: SQLite's write-ahead log (checkpointed every
+# WAL_CHECKPOINT_PAGES pages, truncated to WAL_BYTES) and its 32 KiB shared-memory index.
+DISK_SLACK_BYTES = 2**20
 
 
 class DirectoryReplacedError(OSError):
@@ -132,7 +135,7 @@ class DiskTier:
             return self._opened
 
     def _open(self) -> BoundedCache:
-        settings: dict[str, Any] = {"eviction_policy": "least-recently-used"}
+        settings: dict[str, Any] = dict(SETTINGS)
         if self.max_bytes is not None:
             # diskcache persists settings in the directory: pass the limit only when one is
             # given, so a reader does not overwrite the writers' limit.
@@ -176,6 +179,8 @@ class DiskTier:
                 raise DirectoryReplacedError(
                     f"disk tier {self.name}: {self.directory} replaced during a write"
                 )
+            if not cache.cull_to_limit(key):  # it alone, with the database, exceeds the bound
+                self._rejections += 1
 
     def delete(self, key: str) -> None:
         with self._gate.entered():

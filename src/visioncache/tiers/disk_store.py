@@ -8,7 +8,14 @@ that would have pointed to it is not committed (`BoundedCache.set_bytes`): a fai
 leaves bytes on disk outside what the database counts against ``size_limit``.
 
 `BoundedCache` is a diskcache `Cache` whose internal retry loop (used while opening) gives up after
-the connection timeout instead of 60 s.
+the connection timeout instead of 60 s, and which keeps its directory within ``size_limit`` itself
+(`BoundedCache.cull_to_limit`): diskcache's own cull, run inside every write, deletes up to
+``cull_limit`` (10) least-recently-used rows at once once its estimate passes the limit — with a
+small limit, the entry just written among them, until the directory empties itself — and leaves
+SQLite's write-ahead log outside the bound. So diskcache's cull is off (``cull_limit=0``), the WAL
+is checkpointed every `WAL_CHECKPOINT_PAGES` pages and truncated to `WAL_BYTES`, and after each
+write the tier deletes least-recently-used entries one at a time, never the one just written
+unless it alone exceeds the limit, until the estimate (database pages + value files) is within it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,16 @@ from visioncache.errors import CorruptEntryError
 __all__ = ["BoundedCache", "BytesOnlyDisk"]
 
 _OPEN_ATTEMPTS = 10  # as diskcache: another process may remove an empty sub-directory meanwhile
+WAL_CHECKPOINT_PAGES = 128  # SQLite pages (4 KiB) of write-ahead log before a checkpoint
+WAL_BYTES = 512 * 1024  # what a checkpointed log is truncated to
+# What every connection applies (diskcache stores the settings in the directory and applies
+# each ``sqlite_*`` one as a PRAGMA on every connection it opens).
+SETTINGS = {
+    "eviction_policy": "least-recently-used",
+    "cull_limit": 0,
+    "sqlite_wal_autocheckpoint": WAL_CHECKPOINT_PAGES,
+    "sqlite_journal_size_limit": WAL_BYTES,
+}
 
 
 class BytesOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no type hints
@@ -111,6 +128,20 @@ class BoundedCache(diskcache.Cache):  # type: ignore[misc]  # diskcache ships no
         except BaseException:
             disk.discard_written()  # the row was rolled back, or never begun
             raise
+
+    def cull_to_limit(self, written: str) -> bool:
+        """Delete least-recently-used entries other than ``written`` until the estimated volume
+        is within ``size_limit``; if ``written`` is all that is left and still too large, delete
+        it too and return False (not stored)."""
+        while self.volume() > self.size_limit:
+            rows = self._sql(
+                "SELECT key FROM Cache WHERE key != ? ORDER BY access_time LIMIT 1", (written,)
+            ).fetchall()
+            victim = rows[0][0] if rows else written
+            self.delete(victim, retry=False)
+            if victim == written:
+                return False
+        return True
 
     @property
     def _sql_retry(self) -> Callable[..., Any]:
