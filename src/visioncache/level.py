@@ -13,6 +13,9 @@ This module is the one owner of the memory → tier policy (docs/design.md, prin
 - **placement**: a value read from a tier is moved to the level's device (``device=`` if given,
   else the device of the last value computed here, else left on the CPU), so where a value lives
   does not depend on where it came from. Its bytes are counted once;
+- **evaluated before shared**: a value computed or loaded here is evaluated on this thread
+  (`trees.materialise`: lazy mlx arrays) before memory, a waiting thread or the tier writer gets
+  it, since MLX runs pending work only on the thread that holds its stream;
 - **counting**: hits, misses, waits and validation failures are counted once per lookup, from the
   caller's point of view (a tier hit is a hit).
 """
@@ -27,7 +30,7 @@ from typing import Any
 from visioncache.errors import EncoderOutputError, describe_input
 from visioncache.store.store import PutResult, Store, StoreStats
 from visioncache.tiers.chain import TierChain
-from visioncache.trees import leaf_device, place_on
+from visioncache.trees import leaf_device, materialise, place_on
 
 __all__ = ["Level", "Validator", "as_results"]
 
@@ -100,17 +103,18 @@ class Level:
         if not keys or self.tiers is None or not self.store.enabled:
             return [None] * len(keys)
         device = self.device if self.device is not None else self._produced_on
-        return [
+        loaded: list[tuple[Any, float] | None] = [
             None
             if entry is None
             else (place_on(entry[0], device) if device is not None else entry[0], entry[1])
             for entry in self.tiers.load_entries(keys)
         ]
+        return materialise(loaded)
 
     # ---- writes --------------------------------------------------------------------------------
     def put(self, key: str, value: Any, cost: float = 0.0) -> PutResult:
         """Store ``value`` in memory and queue it for the tiers (unless the level is disabled)."""
-        result = self.store.put(key, value, cost=cost)
+        result = self.store.put(key, materialise(value), cost=cost)
         if result is not PutResult.DISABLED and self.tiers is not None:
             self.tiers.save_entry(key, value, cost)
         return result
@@ -208,7 +212,7 @@ class Level:
         started = time.perf_counter()
         fulfilled = 0
         try:
-            results = as_results(compute(items), len(owned), what)
+            results = materialise(as_results(compute(items), len(owned), what))
             cost = (time.perf_counter() - started) / len(owned)
             for key, value in zip(owned, results, strict=True):
                 values[key] = self.store.fulfil(key, value, cost)

@@ -26,6 +26,7 @@ __all__ = [
     "fold",
     "host_snapshot",
     "leaf_device",
+    "materialise",
     "parse_byte_size",
     "place_on",
     "token_count",
@@ -199,9 +200,34 @@ def _is_torch(value: object) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+def materialise(value: _T) -> _T:
+    """``value`` itself, with every mlx array leaf evaluated now, on the calling thread.
+
+    Why: an mlx array is lazy, and MLX runs its pending work only on a thread that holds the
+    stream the work was built on ("There is no Stream(cpu, 1) in current thread" anywhere else).
+    A value handed to another thread (the tier writer, a thread waiting on this one's
+    computation, a later hit) must be evaluated by the thread that produced it. Other leaves are
+    left as they are; evaluating an evaluated array costs nothing.
+    """
+    mx = sys.modules.get("mlx.core")
+    if mx is None:  # no mlx array can exist in this process
+        return value
+    arrays: list[Any] = []
+
+    def leaf(item: Any) -> None:
+        if isinstance(item, mx.array):
+            arrays.append(item)
+
+    fold(value, leaf, lambda _original, _kind, _items: None)
+    if arrays:
+        mx.eval(arrays)
+    return value
+
+
 def host_snapshot(value: Any) -> Any:
     """A copy of the tree whose array leaves own fresh host memory: mutating (or freeing) the
-    original afterwards cannot change it. mlx arrays are immutable and are shared as they are."""
+    original afterwards cannot change it. mlx arrays are immutable: they are evaluated here
+    (`materialise`: the snapshot is read on another thread) and shared as they are."""
 
     def leaf(item: Any) -> Any:
         if _is_torch(item):
@@ -213,7 +239,7 @@ def host_snapshot(value: Any) -> Any:
             return copy()
         return item
 
-    return tree_map(value, leaf)
+    return tree_map(materialise(value), leaf)
 
 
 def leaf_device(value: Any) -> Any | None:

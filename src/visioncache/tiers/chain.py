@@ -13,8 +13,9 @@ them. Guarantees:
   is counted as ``corrupt``, deleted and missed; one signed under a secret this chain does not
   accept is counted as ``unverified`` and missed, but not deleted (another fleet may read it);
 - **snapshots, not references**: `save_entry` reserves room in the writer's byte budget, copies
-  the value to fresh host memory (`trees.host_snapshot`) on the caller's thread, and serialises
-  and writes it in the background; mutating the value afterwards never reaches a tier. Queued
+  the value to fresh host memory (`trees.host_snapshot`) on the caller's thread (lazy mlx arrays
+  are evaluated there: MLX runs pending work only on the thread holding its stream), and
+  serialises and writes it in the background; mutating the value afterwards never reaches a tier. Queued
   bytes never exceed ``max_pending_write_bytes`` (beyond it, writes are dropped and counted);
   ``max_pending_write_bytes=0`` writes on the caller's thread;
 - **keys that reveal nothing**: with HMAC ``secrets``, the digest part of each tier key is keyed

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import struct
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.integrations.vllm_mlx.chat import client_for, complete, image_url, user_message
+from tests.integrations.vllm_mlx.chat import Conversation, client_for, complete, image_url, user_message
 from tests.support.tier_reads import load
 from tests.support.vllm_mlx_server import ServerProcess
 from tests.tiers.conftest import RedisProcess, redis_process_factory, redis_server
@@ -106,3 +108,61 @@ def test_install_options_and_flags_build_the_same_tier_settings(
     assert from_env.tiers == TierSettings(disk_dir=str(tmp_path))
     with pytest.raises(ConfigurationError, match="either from the environment"):
         VisionCacheSettings.from_options(model_id="m", tiers_from_env=True, disk_dir=str(tmp_path))
+
+
+def send_together(
+    server: ServerProcess, chats: list[Conversation], text: str, images: list[str | None]
+) -> None:
+    """Each chat's next turn (``text``, and its image where one is given), sent concurrently, the
+    engine held until all are queued (`ServerProcess.hold`): they reach one scheduler step."""
+    client = client_for(server.base_url)
+
+    def send(index: int) -> Any:
+        image = images[index]
+        return chats[index].send(client, text, *([image] if image is not None else []))
+
+    with server.hold(len(chats)), ThreadPoolExecutor(len(chats)) as pool:
+        list(pool.map(send, range(len(chats))))
+
+
+def tower_images(server: ServerProcess, since: int) -> list[int]:
+    """Images per vision-tower call the server recorded after its first ``since`` calls."""
+    return [entry["images"] for entry in server.records("tower")[since:]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefill", ["whole", "chunked"])
+def test_regression_serve_mlx_chats_store_their_features_so_a_restart_encodes_none_of_their_images(
+    model_dir: Path, tmp_path: Path, prefill: str
+) -> None:
+    """The features of the images of a chat request were still lazy on vllm-mlx's generation
+    stream when the tier writer (another thread) serialised them: none reached the disk tier
+    ("not storing ... There is no Stream(cpu, 1) in current thread" in the log, every time images
+    of several requests shared a tower call), and a server restarted on the same directory
+    encoded every one of them again."""
+    flags = ["--vision-cache-disk-dir", str(tmp_path / "tier")]
+    flags += ["--chunked-prefill-tokens", "64"] if prefill == "chunked" else []
+    chats = [Conversation() for _ in range(4)]
+    with ServerProcess("visioncache", model_dir, tmp_path / "first", *flags) as server:
+        started = len(server.records("tower"))  # the family's self-check at start is not counted
+        for turn in range(2):
+            send_together(
+                server,
+                chats,
+                f"describe image {turn + 1}",
+                [image_url(700 + 10 * turn + chat) for chat in range(4)],
+            )
+        first = tower_images(server, started)
+    log = server.log_tail(10_000_000)  # stopped: its queued writes were flushed on the way out
+    assert sum(first) == 8 and max(first) > 1, first  # several chats' images in one tower call
+    assert "not storing" not in log and "There is no Stream" not in log
+    # A fresh HOME: nothing carries over but the disk tier. The chats go on with a text-only turn
+    # whose history holds all 8 images.
+    with ServerProcess("visioncache", model_dir, tmp_path / "restarted", *flags) as server:
+        started = len(server.records("tower"))
+        send_together(server, chats, "and now?", [None] * len(chats))
+        assert tower_images(server, started) == []
+        stats = server.get_json("/v1/cache/stats")["engine_cache"]["vision_embedding_cache"]
+    assert stats["vision_tower_calls"] == 0 and stats["images_encoded"] == 0
+    assert stats["image_requests"] == 4 and stats["image_request_errors"] == 0
+    assert "not storing" not in server.log_tail(10_000_000)

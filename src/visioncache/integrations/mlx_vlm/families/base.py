@@ -56,12 +56,15 @@ class Feed:
 
 def split_rows(features: Array, counts: Sequence[int]) -> list[Array]:
     """``features`` split along its first axis into parts of ``counts`` rows, each its own copy
-    (so an entry holds, and is charged for, its own rows only, and evicting it frees them)."""
+    (so an entry holds, and is charged for, its own rows only, and evicting it frees them),
+    evaluated now: `Family.encode` returns evaluated values."""
     mx = import_mlx()
     if len(counts) == 1:
         return [features]
     boundaries = [sum(counts[: index + 1]) for index in range(len(counts) - 1)]
-    return [mx.array(part) for part in mx.split(features, boundaries)]
+    parts = [mx.array(part) for part in mx.split(features, boundaries)]
+    mx.eval(parts)
+    return parts
 
 
 class Family(ABC):
