@@ -14,12 +14,14 @@ import dataclasses
 import re
 import sys
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from enum import Enum
 from typing import Any, TypeVar
 
-from visioncache.errors import ConfigurationError
+from visioncache.errors import ConfigurationError, describe_input
 
 __all__ = [
+    "MAX_BYTE_SIZE",
     "Container",
     "compact",
     "copy_containers",
@@ -40,6 +42,7 @@ _LEAVES = (*_SCALARS, bytes, bytearray, memoryview)
 _DECIMAL_UNITS = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _BINARY_UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _UNITS = {"": 1, "b": 1, **_DECIMAL_UNITS, **_BINARY_UNITS, **{u[0]: n for u, n in _BINARY_UNITS.items()}}
+MAX_BYTE_SIZE = 2**63 - 1  # SQLite's largest integer: a larger disk budget fails every write
 _SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -302,18 +305,26 @@ def parse_byte_size(value: int | str | None, *, name: str = "size") -> int | Non
     """Parse ``1048576``, ``"512MiB"``, ``"2GiB"``, ``"1.5GB"`` into bytes; None stays None.
 
     Binary units (KiB, MiB, GiB, TiB and the short K, M, G, T) are powers of 1024; decimal units
-    (kB, MB, GB, TB) are powers of 1000.
+    (kB, MB, GB, TB) are powers of 1000. A size is at most `MAX_BYTE_SIZE` (what SQLite, and so a
+    disk tier, can count); more raises `ConfigurationError`, as a negative one does.
     """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ConfigurationError(f"{name} must be an int, a string like '2GiB', or None; got {value!r}")
     if isinstance(value, int):
-        if value < 0:
-            raise ConfigurationError(f"{name} must be >= 0, got {value}")
-        return value
-    match = _SIZE_PATTERN.match(value)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _UNITS:
-        raise ConfigurationError(f"{name}: cannot parse {value!r} as a byte size (e.g. '512MiB', '2GiB')")
-    return int(float(match.group(1)) * _UNITS[unit])
+        nbytes = value
+    else:
+        match = _SIZE_PATTERN.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ConfigurationError(f"{name}: cannot parse {value!r} as a byte size (e.g. '512MiB', '2GiB')")
+        nbytes = int(Decimal(match.group(1)) * _UNITS[unit])  # exact: no float overflow
+    if not 0 <= nbytes <= MAX_BYTE_SIZE:
+        shown = (
+            describe_input(value) if isinstance(value, str) or value.bit_length() < 128 else "a larger int"
+        )
+        raise ConfigurationError(
+            f"{name}: expected a byte size from 0 to 8 EiB (2**63 - 1 bytes), got {shown}"
+        )
+    return nbytes

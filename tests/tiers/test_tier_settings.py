@@ -14,6 +14,7 @@ import pytest
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.tiers import TierSettings, UnsignedTierWarning, chain
+from visioncache.tiers.breaker import CircuitBreaker
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.redis import RedisTier
 
@@ -223,3 +224,86 @@ def test_regression_a_comma_in_the_signing_secret_split_it_into_two_weaker_secre
     """VISIONCACHE_HMAC_SECRET is one secret: splitting it on commas signed with a part of it."""
     settings = TierSettings.from_env({"VISIONCACHE_HMAC_SECRET": "correct,horse battery"})
     assert settings.secrets == (b"correct,horse battery",)
+
+
+# ---- settings that can never work ----------------------------------------------------------------
+# Each was accepted (or raised an untyped OverflowError), after which every tier operation failed
+# and was only counted: sizes SQLite cannot count, timeouts and expiries no OS or Redis takes, a
+# path with a NUL byte. One rule for every source: a ConfigurationError at construction naming the
+# setting, the value and the accepted range.
+ABSURD = {
+    "disk_max_bytes": ("9" * 400, "0 to 8 EiB"),
+    "max_pending_write_bytes": ("9" * 400, "0 to 8 EiB"),
+    "redis_timeout": ("1e308", "<= 86400"),
+    "disk_timeout": ("1e308", "<= 86400"),
+    "retry_interval": ("99999999999999999999", "<= 86400"),
+    "redis_ttl": ("99999999999999999999", "to 315360000"),
+    "disk_dir": ("/tmp/visioncache\0disk", "without NUL"),
+}
+ABSURD_SIZES = ["100000000TiB", str(2**63)]
+
+
+def every_source(setting: str, value: str) -> list[tuple[str, object]]:
+    """(the source's spelling of the setting, a call reading ``value`` from that source)."""
+    base = {"disk_dir": "/tmp/visioncache-absurd", "redis_url": "redis://127.0.0.1:1/0"}
+    env = {f"VISIONCACHE_{key.upper()}": item for key, item in {**base, setting: value}.items()}
+    parser = argparse.ArgumentParser()
+    TierSettings.add_arguments(parser)
+    flags = [
+        item
+        for key, given in {**base, setting: value}.items()
+        for item in (f"--vision-cache-{key.replace('_', '-')}", given)
+    ]
+    return [
+        (f"VISIONCACHE_{setting.upper()}", lambda: TierSettings.from_env(env)),
+        (f"extra.{setting}", lambda: TierSettings.from_mapping({**base, setting: value}, context="extra")),
+        (
+            f"--vision-cache-{setting.replace('_', '-')}",
+            lambda: TierSettings.from_args(parser.parse_args(flags)),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("setting", sorted(ABSURD))
+def test_regression_settings_that_can_never_work_are_accepted(setting: str) -> None:
+    value, accepted = ABSURD[setting]
+    for label, read in every_source(setting, value):
+        with pytest.raises(ConfigurationError) as raised:
+            read()  # type: ignore[operator]
+        message = str(raised.value)
+        assert label in message and accepted in message, message
+
+
+@pytest.mark.parametrize("size", ABSURD_SIZES)
+def test_regression_a_disk_budget_beyond_what_sqlite_counts_is_accepted(size: str) -> None:
+    for label, read in every_source("disk_max_bytes", size):
+        with pytest.raises(ConfigurationError, match="0 to 8 EiB"):
+            read()  # type: ignore[operator]
+        assert label
+
+
+def test_regression_a_blank_hmac_secret_in_the_environment_writes_unsigned_entries() -> None:
+    """``VISIONCACHE_HMAC_SECRET="   "`` was read as "no secret" (every entry written unsigned),
+    while the same blank value named by ``hmac_secret_env`` was refused: both are refused now."""
+    blank = {"VISIONCACHE_DISK_DIR": "/tmp/visioncache-absurd", "VISIONCACHE_HMAC_SECRET": "   "}
+    with pytest.raises(ConfigurationError, match="VISIONCACHE_HMAC_SECRET is set but blank"):
+        TierSettings.from_env(blank)
+    with pytest.raises(ConfigurationError, match="unset or empty"):
+        TierSettings.from_mapping(
+            {"disk_dir": "/tmp/x", "hmac_secret_env": "SECRET"}, environ={"SECRET": "  "}
+        )
+
+
+def test_tier_constructors_follow_the_same_rule(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="<= 86400"):
+        DiskTier(tmp_path / "disk", timeout=1e308)
+    with pytest.raises(ConfigurationError, match="0 to 8 EiB"):
+        DiskTier(tmp_path / "disk", max_bytes=10**400)
+    with pytest.raises(ConfigurationError, match="without NUL"):
+        DiskTier(str(tmp_path) + "/a\0b")
+    with pytest.raises(ConfigurationError, match="<= 86400"):
+        RedisTier("redis://127.0.0.1:1/0", socket_timeout=1e308)
+    with pytest.raises(ConfigurationError, match="ten years"):
+        RedisTier("redis://127.0.0.1:1/0", ttl_seconds=10**20)
+    with pytest.raises(ConfigurationError, match="<= 86400"):
+        CircuitBreaker(1e308)

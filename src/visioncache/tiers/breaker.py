@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 
 from visioncache import forking
-from visioncache.errors import ConfigurationError
 from visioncache.tiers import defaults
+from visioncache.tiers import setting_kinds as kinds
 
 __all__ = ["CircuitBreaker"]
 
@@ -24,8 +24,7 @@ class CircuitBreaker:
     def __init__(
         self, retry_interval: float = defaults.RETRY_INTERVAL, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        if not retry_interval > 0:  # also refuses nan
-            raise ConfigurationError(f"retry_interval must be > 0 seconds, got {retry_interval}")
+        kinds.seconds(retry_interval, "retry_interval", False)
         self.retry_interval = retry_interval
         self._clock = clock
         self._lock = forking.lock()  # free in a forked child (see `visioncache.forking`)

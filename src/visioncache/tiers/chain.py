@@ -42,6 +42,7 @@ from blake3 import blake3
 from visioncache import forking
 from visioncache.errors import ConfigurationError, CorruptEntryError, UnverifiableEntryError
 from visioncache.tiers import defaults
+from visioncache.tiers import setting_kinds as kinds
 from visioncache.tiers.base import Tier
 from visioncache.tiers.breaker import CircuitBreaker
 from visioncache.tiers.guard import GuardedTier
@@ -89,8 +90,7 @@ class TierChain:
             raise ConfigurationError("pass secrets=[...] or secret=..., not both")
         if not all(isinstance(item, bytes) and item for item in accepted):
             raise ConfigurationError("HMAC secrets must be non-empty bytes")
-        if isinstance(max_pending_write_bytes, bool) or not max_pending_write_bytes >= 0:
-            raise ConfigurationError(f"max_pending_write_bytes must be >= 0, got {max_pending_write_bytes}")
+        kinds.size_or_zero(max_pending_write_bytes, "max_pending_write_bytes", False)
         self.tiers = tuple(tiers)
         self._guarded = [GuardedTier(tier, CircuitBreaker(retry_interval, clock=clock)) for tier in tiers]
         self._secrets: list[bytes | None] = list(accepted) or [None]

@@ -38,8 +38,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from visioncache import forking
-from visioncache.errors import ConfigurationError, CorruptEntryError
+from visioncache.errors import CorruptEntryError
 from visioncache.tiers import defaults
+from visioncache.tiers import setting_kinds as kinds
 from visioncache.tiers.disk_store import SETTINGS, BoundedCache, BytesOnlyDisk
 from visioncache.tiers.stats import TierSizes
 
@@ -74,17 +75,14 @@ class DiskTier:
         check_interval: float = defaults.RETRY_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_bytes is not None and max_bytes <= 0:
-            raise ConfigurationError(f"DiskTier max_bytes must be > 0, got {max_bytes}")
-        if not timeout > 0:
-            raise ConfigurationError(f"DiskTier timeout must be > 0 seconds, got {timeout}")
-        if not check_interval >= 0:
-            raise ConfigurationError(f"DiskTier check_interval must be >= 0 seconds, got {check_interval}")
+        if max_bytes is not None:
+            kinds.size(max_bytes, "DiskTier max_bytes", False)
+        kinds.seconds(timeout, "DiskTier timeout", False)
+        if check_interval != 0:  # 0: check at every read
+            kinds.seconds(check_interval, "DiskTier check_interval", False)
         self.name = name
         self.network = False  # shared by the processes of one host only
-        self.directory = os.fspath(directory)
-        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
-            raise ConfigurationError(f"DiskTier directory {self.directory!r} exists and is not a directory")
+        self.directory = kinds.directory(os.fspath(directory), "DiskTier directory", False)
         self.max_bytes = max_bytes
         self.timeout = timeout
         self.check_interval = check_interval

@@ -24,6 +24,7 @@ from visioncache import forking
 from visioncache.errors import ConfigurationError, CorruptEntryError
 from visioncache.extras import requires
 from visioncache.tiers import defaults
+from visioncache.tiers import setting_kinds as kinds
 from visioncache.tiers.stats import TierSizes
 
 with requires("redis", "the Redis tier (visioncache.tiers.redis)"):
@@ -51,10 +52,9 @@ class RedisTier:
         cluster: bool = False,
         name: str = "redis",
     ) -> None:
-        if ttl_seconds is not None and not ttl_seconds > 0:
-            raise ConfigurationError(f"RedisTier ttl_seconds must be > 0, got {ttl_seconds}")
-        if not socket_timeout > 0:  # also refuses nan
-            raise ConfigurationError(f"RedisTier socket_timeout must be > 0, got {socket_timeout}")
+        if ttl_seconds is not None and kinds.ttl(ttl_seconds, "RedisTier ttl_seconds", False) is None:
+            raise ConfigurationError("RedisTier ttl_seconds: expected > 0 (None: never expire), got 0")
+        kinds.seconds(socket_timeout, "RedisTier socket_timeout", False)
         try:
             parse_url(url)  # type: ignore[no-untyped-call]  # a bad URL fails here, not at first use
         except (ValueError, TypeError) as error:

@@ -1,7 +1,11 @@
 """How each kind of tier setting is read: text from the environment or a flag, JSON-typed values
 from a mapping or Python. Every function takes (value, label, from_text), where ``label`` is the
 setting as its source spells it (``VISIONCACHE_REDIS_TIMEOUT``, ``--vision-cache-redis-timeout``,
-``ec_connector_extra_config.redis_timeout``), and raises `ConfigurationError` naming it.
+``ec_connector_extra_config.redis_timeout``), and raises `ConfigurationError` naming it, the value
+and the accepted range. The ranges are what can work: a value past them would be accepted and then
+make every tier operation fail (a socket timeout past what the OS takes, a size SQLite cannot
+count, an expiry Redis refuses, a path with a NUL byte). Tier constructors check their arguments
+with the same functions, so every source follows one rule.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from visioncache.errors import ConfigurationError
+from visioncache.errors import ConfigurationError, describe_input
 from visioncache.trees import parse_byte_size
 
 __all__ = [
+    "MAX_SECONDS",
+    "MAX_TTL_SECONDS",
     "Converter",
     "directory",
     "flag",
@@ -32,10 +38,12 @@ __all__ = [
 Converter = Callable[[object, str, bool], Any]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+MAX_SECONDS = 86_400.0  # a day: no tier wait or retry interval is meant to be longer
+MAX_TTL_SECONDS = 10 * 365 * 86_400  # ten years; Redis refuses an expiry past ~2.9e8 years
 
 
 def _invalid(label: str, expected: str, value: object) -> ConfigurationError:
-    return ConfigurationError(f"{label}: expected {expected}, got {value!r}")
+    return ConfigurationError(f"{label}: expected {expected}, got {describe_input(value)}")
 
 
 def text(value: object, label: str, from_text: bool) -> str:
@@ -46,8 +54,10 @@ def text(value: object, label: str, from_text: bool) -> str:
 
 
 def directory(value: object, label: str, from_text: bool) -> str:
-    """A directory's path: it may not exist yet, but it may not be a file."""
+    """A directory's path: it may not exist yet, but it may not be a file or hold a NUL byte."""
     path = text(value, label, from_text)
+    if "\0" in path:
+        raise _invalid(label, "a directory path without NUL bytes", path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigurationError(f"{label}: {path!r} exists and is not a directory")
     return path
@@ -70,29 +80,37 @@ def redis_url(value: object, label: str, from_text: bool) -> str:
 
 
 def _number(value: object, label: str, from_text: bool, expected: str) -> float:
+    original = value
     if from_text and isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
-            raise _invalid(label, expected, value) from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _invalid(label, expected, value)
-    return float(value)
+            raise _invalid(label, expected, original) from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _invalid(label, expected, original)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        raise _invalid(label, expected, original) from None
+    if not math.isfinite(number):
+        raise _invalid(label, expected, original)
+    return number
 
 
 def seconds(value: object, label: str, from_text: bool) -> float:
-    """A positive, finite number of seconds."""
-    number = _number(value, label, from_text, "a number of seconds > 0")
-    if not number > 0:
-        raise _invalid(label, "a number of seconds > 0", value)
+    """A number of seconds, more than 0 and at most `MAX_SECONDS` (a day)."""
+    expected = f"a number of seconds > 0 and <= {MAX_SECONDS:g}"
+    number = _number(value, label, from_text, expected)
+    if not 0 < number <= MAX_SECONDS:
+        raise _invalid(label, expected, value)
     return number
 
 
 def ttl(value: object, label: str, from_text: bool) -> int | None:
-    """Whole seconds before an entry expires; 0 means never (None)."""
-    expected = "a whole number of seconds (0: never expire)"
+    """Whole seconds before an entry expires, at most `MAX_TTL_SECONDS`; 0 means never (None)."""
+    expected = f"a whole number of seconds from 0 (never expire) to {MAX_TTL_SECONDS} (ten years)"
     number = _number(value, label, from_text, expected)
-    if number < 0 or number != int(number):
+    if not 0 <= number <= MAX_TTL_SECONDS or number != int(number):
         raise _invalid(label, expected, value)
     return int(number) or None
 

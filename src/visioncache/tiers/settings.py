@@ -117,8 +117,15 @@ class TierSettings:
                 if text:
                     values[setting.name] = setting.convert(text, name, True)
                     break
-        # The signing secret is taken whole (a comma is part of it); earlier ones are a list.
-        current = tuple(filter(None, [environ.get(prefix + "HMAC_SECRET", "").strip().encode()]))
+        # The signing secret is taken whole (a comma is part of it); earlier ones are a list. Set
+        # but blank, it is refused, as a blank one named by hmac_secret_env is: read as "no
+        # secret", it would write every entry unsigned.
+        given = environ.get(prefix + "HMAC_SECRET")
+        if given is not None and not given.strip():
+            raise ConfigurationError(
+                f"{prefix}HMAC_SECRET is set but blank: set a secret, or unset it to write unsigned entries"
+            )
+        current = tuple(filter(None, [(given or "").strip().encode()]))
         previous = kinds.split_secrets(environ.get(prefix + "HMAC_PREVIOUS_SECRETS", ""))
         if previous and not current:
             raise ConfigurationError(f"{prefix}HMAC_PREVIOUS_SECRETS is set without {prefix}HMAC_SECRET")
