@@ -11,6 +11,7 @@ connections at first use. Each child is timed out by PID.
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -239,3 +240,30 @@ def test_regression_fork_hook_iterates_the_sets_other_threads_grow(
     assert failures == []
     assert outcomes.count("ok") == 64, {outcome: outcomes.count(outcome) for outcome in set(outcomes)}
     assert all(readable(directory, seeds))
+
+
+def test_regression_a_thread_ending_closes_its_sqlite_connection_outside_the_gate(
+    tmp_path: Path,
+) -> None:
+    """diskcache closed a thread's SQLite connection when the thread ended (or the cache was
+    collected), wherever that happened: a close takes SQLite's process-wide VFS mutex with the GIL
+    released, so a fork meanwhile left the child that mutex held, and its first open waited
+    forever (1 child of 64 in 2 of 5 runs of the test above, under load). Now a connection whose
+    thread ended is handed on unclosed, and closed inside the tier's gate, which forks wait for."""
+    tier = DiskTier(tmp_path / "disk")
+    tier.put("key", b"blob")
+    connections: list[Any] = []
+
+    def use_and_end() -> None:
+        assert tier.get("key") == b"blob"
+        connections.append(tier._cache()._con)
+
+    thread = threading.Thread(target=use_and_end)
+    thread.start()
+    thread.join(CHILD_SECONDS)
+    (connection,) = connections
+    del connections[:]
+    assert connection.execute("SELECT 1").fetchone() == (1,)  # the thread ended; it is still open
+    assert tier.get("key") == b"blob"  # the next operation, inside the gate, closes it
+    with pytest.raises(sqlite3.ProgrammingError):
+        connection.execute("SELECT 1")

@@ -41,7 +41,7 @@ from visioncache import forking
 from visioncache.errors import CorruptEntryError
 from visioncache.tiers import defaults
 from visioncache.tiers import setting_kinds as kinds
-from visioncache.tiers.disk_store import SETTINGS, BoundedCache, BytesOnlyDisk
+from visioncache.tiers.disk_store import SETTINGS, BoundedCache, BytesOnlyDisk, close_abandoned
 from visioncache.tiers.stats import TierSizes
 
 __all__ = ["DISK_SLACK_BYTES", "BytesOnlyDisk", "DirectoryReplacedError", "DiskTier"]
@@ -115,6 +115,7 @@ class DiskTier:
         """The diskcache, opened at first use (which creates the directory and its database), and
         reopened if its database was deleted or replaced (checked now if ``check``, else at most
         once per ``check_interval``)."""
+        close_abandoned()  # inside the gate, as every caller is: see `visioncache.tiers.disk_store`
         opened = self._opened
         if opened is not None and not check and self._clock() - self._checked_at < self.check_interval:
             return opened

@@ -7,6 +7,14 @@ itself, and removes it when the write fails (EFBIG, ENOSPC, any error) or when t
 that would have pointed to it is not committed (`BoundedCache.set_bytes`): a failed write never
 leaves bytes on disk outside what the database counts against ``size_limit``.
 
+Fork-safe connections: SQLite's VFS keeps process-wide mutexes that closing a connection takes
+(with the GIL released), so a close on another thread while the process forks leaves the child a
+mutex held by no thread, and the child's first open waits forever. diskcache closes a thread's
+connection when the thread ends, or when the cache is collected, wherever that happens. Here a
+connection is never closed there: its holder hands it to `_ABANDONED` instead, and the tier closes
+abandoned connections inside its `visioncache.forking.Gate` (`close_abandoned`), which a fork
+waits for. Connections are made with ``check_same_thread=False`` so another thread may close them.
+
 `BoundedCache` is a diskcache `Cache` whose internal retry loop (used while opening) gives up after
 the connection timeout instead of 60 s, and which keeps its directory within ``size_limit`` itself
 (`BoundedCache.cull_to_limit`): diskcache's own cull, run inside every write, deletes up to
@@ -32,7 +40,7 @@ import diskcache
 
 from visioncache.errors import CorruptEntryError
 
-__all__ = ["BoundedCache", "BytesOnlyDisk"]
+__all__ = ["BoundedCache", "BytesOnlyDisk", "close_abandoned"]
 
 _OPEN_ATTEMPTS = 10  # as diskcache: another process may remove an empty sub-directory meanwhile
 WAL_CHECKPOINT_PAGES = 128  # SQLite pages (4 KiB) of write-ahead log before a checkpoint
@@ -45,6 +53,36 @@ SETTINGS = {
     "sqlite_wal_autocheckpoint": WAL_CHECKPOINT_PAGES,
     "sqlite_journal_size_limit": WAL_BYTES,
 }
+
+
+_ABANDONED: list[sqlite3.Connection] = []  # whose thread ended or whose cache went: to close in a gate
+
+
+class _Holder:
+    """A thread's connection, in diskcache's thread-local: when the thread ends or the cache is
+    collected, the connection goes to `_ABANDONED`, unclosed (appending takes no lock)."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection: sqlite3.Connection | None = connection
+
+    def __del__(self) -> None:
+        if self.connection is not None:
+            with contextlib.suppress(Exception):  # at interpreter exit the list may be gone
+                _ABANDONED.append(self.connection)
+
+
+def close_abandoned() -> None:
+    """Close the connections whose thread ended or whose cache was collected; call it only
+    inside a disk tier's `Gate` (a fork waits for it, so no close runs while the process forks)."""
+    while _ABANDONED:
+        try:
+            connection = _ABANDONED.pop()
+        except IndexError:  # another thread took the last one
+            return
+        with contextlib.suppress(sqlite3.Error):
+            connection.close()
 
 
 class BytesOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no type hints
@@ -119,6 +157,37 @@ class BoundedCache(diskcache.Cache):  # type: ignore[misc]  # diskcache ships no
     def __init__(self, directory: str, *, open_timeout: float, **kwargs: Any) -> None:
         self._open_timeout = open_timeout  # read by _sql_retry inside diskcache's __init__
         super().__init__(directory, disk=BytesOnlyDisk, **kwargs)
+
+    @property
+    def _con(self) -> sqlite3.Connection:
+        """This thread's connection (diskcache's, held by a `_Holder`); a forked child makes its
+        own (the parent's goes to `_ABANDONED`, as diskcache would close it)."""
+        local = self._local
+        holder: _Holder | None = getattr(local, "holder", None)
+        if holder is not None and holder.connection is not None and local.pid == os.getpid():
+            return holder.connection
+        connection = sqlite3.connect(
+            os.path.join(self._directory, diskcache.core.DBNAME),
+            timeout=self._timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        local.holder, local.pid = _Holder(connection), os.getpid()  # the old holder hands its own on
+        try:  # per-connection pragmas, as diskcache applies them (the table may not exist yet)
+            settings = connection.execute("SELECT key, value FROM Settings").fetchall()
+        except sqlite3.OperationalError:
+            return connection
+        for key, value in settings:
+            if key.startswith("sqlite_"):
+                self.reset(key, value, update=False)
+        return connection
+
+    def close(self) -> None:
+        """Close this thread's connection (call it inside the tier's gate)."""
+        holder: _Holder | None = getattr(self._local, "holder", None)
+        if holder is not None and holder.connection is not None:
+            connection, holder.connection = holder.connection, None
+            connection.close()
 
     def set_bytes(self, key: str, blob: bytes) -> None:
         """``set(key, blob)`` without retries; if it raises, the value file it wrote is removed."""
