@@ -36,7 +36,7 @@ def forged_tree_text(
     context: str = "",
 ) -> bytes:
     """The same with the skeleton's JSON text as given (it need not parse)."""
-    metadata = {"format": serialization.FORMAT, "version": version, "skeleton": skeleton}
+    metadata = {"format": serialization.FORMAT, "version": version, "auth": "none", "skeleton": skeleton}
     return forge(b"".join(tensor_file.pack(arrays or {}, metadata)), context)
 
 

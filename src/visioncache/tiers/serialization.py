@@ -2,8 +2,8 @@
 
 A blob is ``MAGIC`` (8 bytes: the format and its version), a 32-byte digest, then a standard
 safetensors file (`visioncache.tiers.tensor_file`) whose tensors are the tree's arrays (numpy,
-torch, mlx, and bytes leaves as uint8) and whose ``__metadata__`` holds the format tag and version
-and the JSON skeleton (containers, scalars, and for each array its kind and exact dtype).
+torch, mlx, and bytes leaves as uint8) and whose ``__metadata__`` holds the format tag and version,
+how it is signed, and the JSON skeleton (containers, scalars, and for each array its kind and exact dtype).
 Guarantees:
 
 - **verified before it is parsed**: the digest covers the format, a caller-given ``context`` (the
@@ -83,7 +83,7 @@ def dumps(tree: object, *, secret: bytes | None = None, context: str = "") -> by
     """Serialise ``tree``; ``secret`` signs it with HMAC-SHA256, ``context`` (the key) is bound in."""
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     skeleton = json.dumps(_encode(tree, arrays), separators=(",", ":"))
-    metadata = {"format": FORMAT, "version": str(FORMAT_VERSION), "skeleton": skeleton}
+    metadata = {"format": FORMAT, "version": str(FORMAT_VERSION), "auth": _auth(secret), "skeleton": skeleton}
     parts = tensor_file.pack(arrays, metadata)
     return b"".join([MAGIC, _digest(secret, context, parts), *parts])
 
@@ -106,9 +106,16 @@ def loads(blob: bytes, *, secret: bytes | None = None, context: str = "") -> Any
         metadata, arrays = tensor_file.unpack(file)
         if metadata.get("format") != FORMAT or metadata.get("version") != str(FORMAT_VERSION):
             raise ValueError(f"format {metadata.get('format')!r} version {metadata.get('version')!r}")
+        if metadata.get("auth") != _auth(secret):  # verified: only a forger's own unsigned blob
+            raise ValueError(f"signed {metadata.get('auth')!r}, verified as {_auth(secret)!r}")
         return _decode(json.loads(metadata["skeleton"]), arrays, 0)
     except _MALFORMED as error:
         raise CorruptEntryError(f"malformed content: {error!r}"[:300]) from None
+
+
+def _auth(secret: bytes | None) -> str:
+    """How a blob is signed, as its metadata says (informational: the digest decides)."""
+    return "none" if secret is None else "hmac-sha256"
 
 
 def _digest(secret: bytes | None, context: str, parts: Iterable[Any]) -> bytes:

@@ -3,8 +3,6 @@ reader holding another secret treats it as a miss (the real server, a real redis
 
 from __future__ import annotations
 
-import json
-import struct
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,9 +16,9 @@ from tests.support.vllm_mlx_server import ServerProcess
 from tests.tiers.conftest import RedisProcess, redis_process_factory, redis_server
 from visioncache import TierSettings, VisionEmbeddingCache
 from visioncache.errors import UnverifiableEntryError
-from visioncache.tiers import UnsignedTierWarning
+from visioncache.tiers import UnsignedTierWarning, tensor_file
 from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_name
-from visioncache.tiers.serialization import loads
+from visioncache.tiers.serialization import MAGIC, loads
 
 redis = pytest.importorskip("redis")
 
@@ -31,9 +29,9 @@ PREFIX = "vc-serve-mlx:"
 
 
 def blob_auth(blob: bytes) -> str:
-    """How a stored blob is authenticated, from its safetensors header (``hmac-sha256`` or ``none``)."""
-    (length,) = struct.unpack("<Q", blob[:8])
-    metadata: dict[str, str] = json.loads(blob[8 : 8 + length])["__metadata__"]
+    """How a stored blob says it is authenticated (``hmac-sha256`` or ``none``): the metadata of
+    the safetensors file behind the blob's magic and digest."""
+    metadata, _ = tensor_file.unpack(memoryview(blob)[len(MAGIC) + 32 :])
     return metadata["auth"]
 
 
