@@ -13,12 +13,9 @@ usage: python benchmarks/bench_hit_path.py [--baseline REV] [--rounds N]
 from __future__ import annotations
 
 import argparse
-import importlib
 import io
 import os
-import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -31,9 +28,10 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _versions import extract, import_visioncache
+
 from _timing import interleaved_medians, print_table
 
-ROOT = Path(__file__).resolve().parents[1]
 EMBEDDING = np.zeros((999, 1536), dtype=np.float16)  # a 2B-class tower's output for one image
 CALLS_PER_SAMPLE = 200
 THREADS = 8
@@ -69,34 +67,6 @@ def jpeg(seed: int, size: int) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(buffer, "JPEG")
     return buffer.getvalue()
-
-
-def import_visioncache(source: Path | None) -> ModuleType:
-    """``visioncache`` from ``source`` (a folder holding the package), or this tree's; the modules
-    are then moved out of ``sys.modules`` so that the other version can be imported too."""
-    for name in [name for name in sys.modules if name == "visioncache" or name.startswith("visioncache.")]:
-        del sys.modules[name]
-    path = str(source if source is not None else ROOT / "src")
-    sys.path.insert(0, path)
-    try:
-        package = importlib.import_module("visioncache")
-        importlib.import_module("visioncache.cache")
-    finally:
-        sys.path.remove(path)
-    loaded = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "visioncache"}
-    for name in loaded:
-        del sys.modules[name]
-    assert Path(package.__file__ or "").is_relative_to(path), package.__file__
-    return package
-
-
-def extract(revision: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", revision, "src/visioncache"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "src"
 
 
 def scenarios(package: ModuleType, images: dict[str, Any], path: str) -> dict[str, Any]:

@@ -14,8 +14,11 @@ This module is the one owner of the memory → tier policy (docs/design.md, prin
   else the device of the last value computed here, else left on the CPU), so where a value lives
   does not depend on where it came from. Its bytes are counted once;
 - **evaluated before shared**: a value computed or loaded here is evaluated on this thread
-  (`trees.materialise`: lazy mlx arrays) before memory, a waiting thread or the tier writer gets
-  it, since MLX runs pending work only on the thread that holds its stream;
+  (lazy mlx arrays) before memory, a waiting thread or the tier writer gets it, since MLX runs
+  pending work only on the thread that holds its stream;
+- **one walk per value**: what is computed or loaded is prepared once (`trees.prepare`: views
+  copied, mlx evaluated, placed, sized, its device found), and the store and the tier writer
+  use that size instead of walking the value again;
 - **counting**: hits, misses, waits and validation failures are counted once per lookup, from the
   caller's point of view (a tier hit is a hit).
 """
@@ -27,10 +30,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from visioncache.errors import EncoderOutputError, describe_input
+from visioncache.errors import EncoderOutputError, InvalidArgumentError, describe_input
 from visioncache.store.store import PutResult, Store, StoreStats
 from visioncache.tiers.chain import TierChain
-from visioncache.trees import leaf_device, materialise, place_on
+from visioncache.trees import Prepared, materialise, prepare
 
 __all__ = ["Level", "Validator", "as_results"]
 
@@ -96,27 +99,28 @@ class Level:
         loaded = self._read_tiers(keys)
         for key, entry in zip(keys, loaded, strict=True):
             if entry is not None:
-                self.store.put(key, entry[0], cost=entry[1])
-        return loaded
+                self.store.put(key, entry[0].value, cost=entry[1], nbytes=entry[0].nbytes)
+        return [None if entry is None else (entry[0].value, entry[1]) for entry in loaded]
 
-    def _read_tiers(self, keys: list[str]) -> list[tuple[Any, float] | None]:
+    def _read_tiers(self, keys: list[str]) -> list[tuple[Prepared, float] | None]:
+        """Tier hits, prepared (placed on the level's device) for memory."""
         if not keys or self.tiers is None or not self.store.enabled:
             return [None] * len(keys)
         device = self.device if self.device is not None else self._produced_on
-        loaded: list[tuple[Any, float] | None] = [
-            None
-            if entry is None
-            else (place_on(entry[0], device) if device is not None else entry[0], entry[1])
+        return [
+            None if entry is None else (_prepared(entry[0], device), entry[1])
             for entry in self.tiers.load_entries(keys)
         ]
-        return materialise(loaded)
 
     # ---- writes --------------------------------------------------------------------------------
     def put(self, key: str, value: Any, cost: float = 0.0) -> PutResult:
         """Store ``value`` in memory and queue it for the tiers (unless the level is disabled)."""
-        result = self.store.put(key, materialise(value), cost=cost)
+        if not self.store.enabled:
+            return PutResult.DISABLED
+        prepared = _prepared(value)
+        result = self.store.put(key, prepared.value, cost=cost, nbytes=prepared.nbytes)
         if result is not PutResult.DISABLED and self.tiers is not None:
-            self.tiers.save_entry(key, value, cost)
+            self.tiers.save_entry(key, prepared.value, cost, nbytes=prepared.nbytes)
         return result
 
     # ---- the continuous-batching path ----------------------------------------------------------
@@ -176,8 +180,8 @@ class Level:
                     waits += 1
             computed = []
             for key, loaded in zip(owned, self._read_tiers(owned), strict=True):
-                if loaded is not None and (validate is None or validate(first_index[key], loaded[0])):
-                    values[key] = store.fulfil(key, loaded[0], loaded[1])
+                if loaded is not None and (validate is None or validate(first_index[key], loaded[0].value)):
+                    values[key] = store.fulfil(key, loaded[0].value, loaded[1], nbytes=loaded[0].nbytes)
                     hits += occurrences[key]
                     time_saved += loaded[1] * occurrences[key]
                 else:
@@ -211,21 +215,28 @@ class Level:
         """Compute the owned keys in one call, store, publish and write them down."""
         started = time.perf_counter()
         fulfilled = 0
+        sizes: list[int] = []
         try:
-            results = materialise(as_results(compute(items), len(owned), what))
+            results = as_results(compute(items), len(owned), what)
             cost = (time.perf_counter() - started) / len(owned)
             for key, value in zip(owned, results, strict=True):
-                values[key] = self.store.fulfil(key, value, cost)
+                if not self.store.enabled:  # nothing kept: evaluated for the waiters only
+                    values[key] = self.store.fulfil(key, materialise(value), cost, nbytes=0)
+                else:
+                    prepared = _prepared(value, what=what)
+                    if not fulfilled:
+                        self._produced_on = prepared.device
+                    values[key] = self.store.fulfil(key, prepared.value, cost, nbytes=prepared.nbytes)
+                    sizes.append(prepared.nbytes)
                 fulfilled += 1
         except BaseException as error:
             for key in owned[fulfilled:]:
                 self.store.abandon(key, error)
             raise
         self.store.record(computed=len(owned))
-        self._produced_on = leaf_device(values[owned[0]])
         if self.tiers is not None and self.store.enabled:
-            for key in owned:
-                self.tiers.save_entry(key, values[key], cost)
+            for key, nbytes in zip(owned, sizes, strict=True):
+                self.tiers.save_entry(key, values[key], cost, nbytes=nbytes)
 
     # ---- pins and inspection -------------------------------------------------------------------
     def pin(self, key: str) -> None:
@@ -242,6 +253,18 @@ class Level:
 
     def __repr__(self) -> str:
         return f"<Level {self.name} {self.store!r} tiers={self.tiers is not None}>"
+
+
+def _prepared(value: Any, device: Any | None = None, *, what: str | None = None) -> Prepared:
+    """`trees.prepare`, with the store's errors: a value that cannot be sized is bad input
+    (`InvalidArgumentError`), or, returned by an encoder (``what``), a bad output."""
+    try:
+        return prepare(value, device)
+    except Exception as error:  # e.g. a torch sparse tensor, whose nbytes raises
+        message = f"cannot size a value to cache ({describe_input(value)}): {error!r}"
+        if what is not None:
+            raise EncoderOutputError(f"{what} returned a value visioncache {message}") from error
+        raise InvalidArgumentError(message) from error
 
 
 def as_results(results: Any, count: int, what: str) -> list[Any]:

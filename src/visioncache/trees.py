@@ -2,7 +2,7 @@
 
 A tree is an array leaf (numpy, torch, mlx: anything with an integer ``nbytes``), bytes, a str, a
 plain scalar, or a tuple / list / dict / dataclass of trees. `fold` is the one walker: sizing,
-container copies, token counts, host snapshots, device placement, compaction and serialisation
+container copies, token counts, device placement, compaction and serialisation
 (`visioncache.tiers.serialization`) are all folds, so they agree on what a container and a leaf are
 (docs/design.md, principle 3). A bound in bytes means what it says whatever the framework.
 """
@@ -16,21 +16,22 @@ import sys
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from visioncache.errors import ConfigurationError, describe_input
 
 __all__ = [
     "MAX_BYTE_SIZE",
     "Container",
+    "Prepared",
     "compact",
     "copy_containers",
     "fold",
-    "host_snapshot",
     "leaf_device",
     "materialise",
     "parse_byte_size",
     "place_on",
+    "prepare",
     "token_count",
     "tree_map",
     "tree_nbytes",
@@ -227,22 +228,52 @@ def materialise(value: _T) -> _T:
     return value
 
 
-def host_snapshot(value: Any) -> Any:
-    """A copy of the tree whose array leaves own fresh host memory: mutating (or freeing) the
-    original afterwards cannot change it. mlx arrays are immutable: they are evaluated here
-    (`materialise`: the snapshot is read on another thread) and shared as they are."""
+class Prepared(NamedTuple):
+    """A value made ready to store, with what every later step needs to know of it."""
 
-    def leaf(item: Any) -> Any:
+    value: Any  # views copied (`compact`), mlx arrays evaluated (`materialise`), on the device asked
+    nbytes: int  # `tree_nbytes` of ``value``
+    device: Any | None  # `leaf_device` of ``value``
+
+
+def prepare(value: Any, device: Any | None = None) -> Prepared:
+    """``value`` made ready to store, in one walk: each leaf that views a larger buffer copied,
+    mlx leaves evaluated on this thread, torch leaves moved to ``device`` (if given), and the
+    result's size and device found on the way — what `compact`, `materialise`, `place_on`,
+    `tree_nbytes` and `leaf_device` would each walk the tree for. Containers are rebuilt only
+    where a leaf changed; ``value`` itself comes back when none did."""
+    mx = sys.modules.get("mlx.core")
+    lazy: list[Any] = []
+    nbytes = 0
+    first_device: list[Any] = []
+
+    def leaf(item: Any) -> tuple[Any, bool]:
+        nonlocal nbytes
+        original = item
         if _is_torch(item):
-            return item.detach().to("cpu", copy=True)
-        if isinstance(item, bytearray | memoryview):
-            return bytes(item)
-        copy = getattr(item, "copy", None)
-        if type(item).__module__ == "numpy" and copy is not None:
-            return copy()
-        return item
+            if device is not None and item.device != device:
+                item = item.to(device)
+            elif not _owns_its_memory(item):
+                item = item.clone()
+            if not first_device:
+                first_device.append(item.device)
+        elif mx is not None and isinstance(item, mx.array):
+            lazy.append(item)
+        elif not _owns_its_memory(item):
+            item = _copy_leaf(item)
+        nbytes += _leaf_nbytes(item)
+        return item, item is not original
 
-    return tree_map(materialise(value), leaf)
+    def node(original: Any, kind: Container, items: list[tuple[Any, tuple[Any, bool]]]) -> tuple[Any, bool]:
+        if not any(changed for _, (_, changed) in items):
+            return original, False
+        return rebuild(original, kind, [(name, item) for name, (item, _) in items]), True
+
+    prepared, _ = fold(value, leaf, node)
+    if lazy:
+        assert mx is not None
+        mx.eval(lazy)
+    return Prepared(prepared, nbytes, first_device[0] if first_device else None)
 
 
 def leaf_device(value: Any) -> Any | None:

@@ -43,7 +43,7 @@ from visioncache.runtime import require_gil
 from visioncache.store.counters import ThreadCounters
 from visioncache.store.eviction import EvictionPolicy, make_policy
 from visioncache.store.types import Claim, Entry, PutResult, StoreStats
-from visioncache.trees import compact, tree_nbytes
+from visioncache.trees import compact, prepare, tree_nbytes
 
 __all__ = ["TOUCH_BUFFER", "Claim", "Entry", "PutResult", "Store", "StoreStats"]
 
@@ -140,16 +140,18 @@ class Store:
             self._flights[key] = future
             return Claim(future=future, owner=True)
 
-    def fulfil(self, key: str, value: Any, cost: float = 0.0) -> Any:
+    def fulfil(self, key: str, value: Any, cost: float = 0.0, *, nbytes: int | None = None) -> Any:
         """End an owned claim: store ``value`` (within the budget) and wake the waiters with it.
 
         Returns the value as stored (a view is copied). A value that cannot be sized abandons the
-        claim (waiters get the error) and raises `EncoderOutputError`.
+        claim (waiters get the error) and raises `EncoderOutputError`. ``nbytes`` given: the caller
+        prepared the value already (`visioncache.trees.prepare`), and it is stored as it is.
         """
-        nbytes = 0
         try:
-            if self.enabled:  # a disabled store keeps nothing, so there is nothing to size
-                value, nbytes = self._prepare(value)
+            if nbytes is None:
+                nbytes = 0
+                if self.enabled:  # a disabled store keeps nothing, so there is nothing to size
+                    value, nbytes = self._prepare(value)
         except InvalidArgumentError as error:
             failure = EncoderOutputError(str(error))
             self.abandon(key, failure)
@@ -185,6 +187,9 @@ class Store:
     def _prepare(self, value: Any) -> tuple[Any, int]:
         """(value with views copied, its size); `InvalidArgumentError` if it cannot be sized."""
         try:
+            if self._sizeof is tree_nbytes:  # one walk: views copied and sized together
+                prepared = prepare(value)
+                return prepared.value, prepared.nbytes
             value = compact(value)
             return value, int(self._sizeof(value))
         except Exception as error:  # e.g. a torch sparse tensor, whose nbytes raises
@@ -192,12 +197,13 @@ class Store:
                 f"cannot size a value to cache ({describe_input(value)}): {error!r}"
             ) from error
 
-    def put(self, key: str, value: Any, *, cost: float = 0.0) -> PutResult:
+    def put(self, key: str, value: Any, *, cost: float = 0.0, nbytes: int | None = None) -> PutResult:
         """Store ``value`` under ``key``, evicting entries as needed; `InvalidArgumentError` (and
-        nothing changed) if the value cannot be sized."""
+        nothing changed) if the value cannot be sized. ``nbytes`` given: as in `fulfil`."""
         if not self.enabled:
             return PutResult.DISABLED
-        value, nbytes = self._prepare(value)  # outside the lock: walking a tree can take a while
+        if nbytes is None:
+            value, nbytes = self._prepare(value)  # outside the lock: walking a tree can take a while
         with self._lock:
             return self._put_locked(key, value, nbytes, cost)
 

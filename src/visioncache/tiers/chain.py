@@ -12,10 +12,11 @@ them. Guarantees:
 - **never a wrong value**: a blob that fails `serialization.loads` (truncated, altered, misplaced)
   is counted as ``corrupt``, deleted and missed; one signed under a secret this chain does not
   accept is counted as ``unverified`` and missed, but not deleted (another fleet may read it);
-- **snapshots, not references**: `save_entry` reserves room in the writer's byte budget, copies
-  the value to fresh host memory (`trees.host_snapshot`) on the caller's thread (lazy mlx arrays
-  are evaluated there: MLX runs pending work only on the thread holding its stream), and
-  serialises and writes it in the background; mutating the value afterwards never reaches a tier. Queued
+- **snapshots, not references**: `save_entry` reserves room in the writer's byte budget, then
+  walks the value once on the caller's thread (`serialization.flatten`: its skeleton, and its
+  arrays copied to fresh host memory; lazy mlx arrays are evaluated there, since MLX runs pending
+  work only on the thread holding its stream); the writer packs and writes the bytes in the
+  background. Mutating the value afterwards never reaches a tier. Queued
   bytes never exceed ``max_pending_write_bytes`` (beyond it, writes are dropped and counted);
   ``max_pending_write_bytes=0`` writes on the caller's thread;
 - **keys that reveal nothing**: with HMAC ``secrets``, the digest part of each tier key is keyed
@@ -47,10 +48,10 @@ from visioncache.tiers.base import Tier
 from visioncache.tiers.breaker import CircuitBreaker
 from visioncache.tiers.guard import GuardedTier
 from visioncache.tiers.namespaces import NAMESPACE_PREFIX, namespace_record
-from visioncache.tiers.serialization import dumps, loads
+from visioncache.tiers.serialization import Flat, flatten, loads, pack
 from visioncache.tiers.stats import ChainStats
 from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter, Job
-from visioncache.trees import host_snapshot, tree_nbytes
+from visioncache.trees import tree_nbytes
 
 __all__ = ["DEFAULT_MAX_PENDING_WRITE_BYTES", "TierChain", "UnsignedTierWarning", "WritesAtClose"]
 
@@ -197,27 +198,38 @@ class TierChain:
         caller still has its value, and the request goes on uncached.
         """
         try:
-            blob = dumps(tree, secret=self._secrets[0], context=key)
+            return self._write(key, flatten(tree))
         except Exception as error:  # any failure to serialise must not fail the request
+            return self._not_stored(key, error)
+
+    def _write(self, key: str, flat: Flat) -> bool:
+        """Pack ``flat`` (bytes only: the tree was walked already) and write it to every tier."""
+        try:
+            blob = pack(flat, secret=self._secrets[0], context=key)
+        except Exception as error:
             return self._not_stored(key, error)
         self._register_namespaces()
         name = self.tier_keys(key)[0]
         stored = [self._put_job(tier, name, blob, "writes")() for tier in self._guarded]
         return any(stored)
 
-    def save_entry(self, key: str, value: object, cost: float) -> bool:
+    def save_entry(self, key: str, value: object, cost: float, *, nbytes: int | None = None) -> bool:
         """Store a cache entry with its cost: a snapshot queued for the background writer (or
-        written now without one). False if it was not stored or queued."""
+        written now without one). False if it was not stored or queued. ``nbytes``: the value's
+        size, if the caller knows it (`visioncache.trees.prepare`), so it is not walked again.
+
+        The caller's thread walks the value once: `serialization.flatten` copies its arrays to
+        fresh host memory (the snapshot) and writes its skeleton; the writer only packs bytes."""
         envelope = {"value": value, "cost": float(cost)}
         if self._writer is None:
             return self.save(key, envelope)
 
         def prepare() -> Job:
-            snapshot = host_snapshot(envelope)
-            return lambda: self.save(key, snapshot)
+            flat = flatten(envelope, snapshot=True)
+            return lambda: self._write(key, flat)
 
         try:
-            return self._writer.submit(tree_nbytes(value), prepare)
+            return self._writer.submit(tree_nbytes(value) if nbytes is None else nbytes, prepare)
         except Exception as error:  # a leaf that cannot be sized or copied
             return self._not_stored(key, error)
 

@@ -34,7 +34,7 @@ import hmac
 import json
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from blake3 import blake3
@@ -50,7 +50,17 @@ from visioncache.identity.hasher import frame
 from visioncache.tiers import tensor_file
 from visioncache.trees import Container, fold
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MAGIC", "dumps", "loads", "register_dataclass"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MAGIC",
+    "Flat",
+    "dumps",
+    "flatten",
+    "loads",
+    "pack",
+    "register_dataclass",
+]
 
 FORMAT = "visioncache.tree"
 FORMAT_VERSION = 2
@@ -79,13 +89,38 @@ for _entry_class in (entries.PixelCacheEntry, entries.PixelOnlyCacheEntry, entri
     register_dataclass(_entry_class)
 
 
+class Flat(NamedTuple):
+    """A tree taken apart for serialisation: its JSON skeleton and its arrays (host numpy)."""
+
+    skeleton: str
+    arrays: dict[str, np.ndarray[Any, Any]]
+
+
+def flatten(tree: object, *, snapshot: bool = False) -> Flat:
+    """``tree`` taken apart, in one walk. With ``snapshot``, every array owns fresh host memory
+    (a copy of the leaf's data, made now): what a writer thread serialises later can no longer
+    change with the caller's value. Raises `UnserializableValueError` for anything a blob cannot
+    hold, before any bytes are produced."""
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    skeleton = json.dumps(_encode(tree, arrays, snapshot), separators=(",", ":"))
+    return Flat(skeleton, arrays)
+
+
+def pack(flat: Flat, *, secret: bytes | None = None, context: str = "") -> bytes:
+    """The blob of a flattened tree: its arrays' bytes hashed in place, then joined once."""
+    metadata = {
+        "format": FORMAT,
+        "version": str(FORMAT_VERSION),
+        "auth": _auth(secret),
+        "skeleton": flat.skeleton,
+    }
+    parts = tensor_file.pack(flat.arrays, metadata)
+    return b"".join([MAGIC, _digest(secret, context, parts), *parts])
+
+
 def dumps(tree: object, *, secret: bytes | None = None, context: str = "") -> bytes:
     """Serialise ``tree``; ``secret`` signs it with HMAC-SHA256, ``context`` (the key) is bound in."""
-    arrays: dict[str, np.ndarray[Any, Any]] = {}
-    skeleton = json.dumps(_encode(tree, arrays), separators=(",", ":"))
-    metadata = {"format": FORMAT, "version": str(FORMAT_VERSION), "auth": _auth(secret), "skeleton": skeleton}
-    parts = tensor_file.pack(arrays, metadata)
-    return b"".join([MAGIC, _digest(secret, context, parts), *parts])
+    return pack(flatten(tree), secret=secret, context=context)
 
 
 def loads(blob: bytes, *, secret: bytes | None = None, context: str = "") -> Any:
@@ -129,16 +164,18 @@ def _digest(secret: bytes | None, context: str, parts: Iterable[Any]) -> bytes:
     return digest
 
 
-def _encode(value: object, arrays: dict[str, np.ndarray[Any, Any]]) -> Any:
+def _encode(value: object, arrays: dict[str, np.ndarray[Any, Any]], snapshot: bool) -> Any:
     """The JSON skeleton of ``value`` (a `trees.fold`); its arrays are added to ``arrays``."""
 
     def leaf(item: Any) -> Any:
         if item is None or isinstance(item, bool | int | float | str):
             return item
-        if isinstance(item, bytes):
-            return _add_array(arrays, np.frombuffer(item, dtype=np.uint8), "bytes", "uint8")
-        kind, array, dtype = _as_numpy(item)
-        return _add_array(arrays, array, kind, dtype)
+        if isinstance(item, bytearray | memoryview):
+            item = bytes(item)  # a copy: its own memory
+        if isinstance(item, bytes):  # immutable: its memory can be shared
+            return _add_array(arrays, np.frombuffer(item, dtype=np.uint8), "bytes", "uint8", fresh=True)
+        kind, array, dtype, fresh = _as_numpy(item)
+        return _add_array(arrays, array, kind, dtype, fresh=fresh or not snapshot)
 
     def node(original: Any, kind: Container, items: list[tuple[Any, Any]]) -> Any:
         if kind is Container.LIST:
@@ -166,41 +203,56 @@ def _encode(value: object, arrays: dict[str, np.ndarray[Any, Any]]) -> Any:
 
 
 def _add_array(
-    arrays: dict[str, np.ndarray[Any, Any]], array: np.ndarray[Any, Any], kind: str, dtype: str
+    arrays: dict[str, np.ndarray[Any, Any]],
+    array: np.ndarray[Any, Any],
+    kind: str,
+    dtype: str,
+    *,
+    fresh: bool,
 ) -> dict[str, Any]:
+    """Add ``array`` C-contiguous, copied unless it is ``fresh`` (memory nobody else holds) and
+    contiguous already."""
     name = str(len(arrays))
     # not np.ascontiguousarray: it turns a 0-d array into a 1-d one
-    arrays[name] = array if array.flags.c_contiguous else array.copy(order="C")
+    arrays[name] = array if fresh and array.flags.c_contiguous else array.copy(order="C")
     return {"t": "array", "kind": kind, "dtype": dtype, "tensor": name}
 
 
-def _as_numpy(value: object) -> tuple[str, np.ndarray[Any, Any], str]:
-    """(kind, a numpy view or copy of the data, the exact dtype name) for an array leaf."""
+def _as_numpy(value: object) -> tuple[str, np.ndarray[Any, Any], str, bool]:
+    """(kind, a numpy view or copy of the data, the exact dtype name, whether it is a copy: memory
+    the leaf does not share) for an array leaf."""
     if isinstance(value, np.ndarray | np.generic):
         array = np.asarray(value)
         kind = "numpy" if isinstance(value, np.ndarray) else "numpy-scalar"
         if array.dtype.name not in _NUMPY_DTYPES:
             raise UnserializableValueError(f"numpy dtype {array.dtype} is not supported")
-        return kind, array.astype(array.dtype.newbyteorder("<"), copy=False), array.dtype.name
+        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        return (
+            kind,
+            little,
+            array.dtype.name,
+            kind == "numpy-scalar" or not np.may_share_memory(little, value),
+        )
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             raise UnserializableValueError(f"torch layout {value.layout} is not supported")
         dtype = str(value.dtype).removeprefix("torch.")
         tensor = value.detach().cpu().resolve_conj().resolve_neg().contiguous()
+        fresh = tensor.untyped_storage().data_ptr() != value.untyped_storage().data_ptr()
         if dtype in _BIT_PATTERNS:
             tensor = tensor.view(getattr(torch, _BIT_PATTERNS[dtype]))
         elif dtype not in _NUMPY_DTYPES:
             raise UnserializableValueError(f"torch dtype {value.dtype} is not supported")
-        return "torch", tensor.numpy(), dtype
+        return "torch", tensor.numpy(), dtype, fresh
     mlx_core = sys.modules.get("mlx.core")
     if mlx_core is not None and isinstance(value, mlx_core.array):
         dtype = str(value.dtype).removeprefix("mlx.core.").replace("bool_", "bool")
-        if dtype in _BIT_PATTERNS:
-            return "mlx", np.array(value.view(getattr(mlx_core, _BIT_PATTERNS[dtype]))), dtype
+        if dtype in _BIT_PATTERNS:  # np.array copies: fresh memory
+            return "mlx", np.array(value.view(getattr(mlx_core, _BIT_PATTERNS[dtype]))), dtype, True
         if dtype not in _NUMPY_DTYPES:
             raise UnserializableValueError(f"mlx dtype {value.dtype} is not supported")
-        return "mlx", np.array(value), dtype
+        return "mlx", np.array(value), dtype, True
     raise UnserializableValueError(
         f"cannot serialise an object of type {type(value).__module__}.{type(value).__qualname__}"
     )

@@ -7,8 +7,8 @@ Guarantees:
 - the bytes of queued writes never exceed ``max_pending_bytes``: a write that would pass it is
   dropped and counted (``dropped``) without blocking the caller. Its value is still in memory,
   and the next miss writes it again;
-- the caller reserves room first and only then prepares the job (a host snapshot of the value),
-  so a dropped write costs no copy;
+- the caller reserves room first and only then prepares the job (a host snapshot of the value,
+  flattened for serialisation), so a dropped write costs no copy, and the job only packs bytes;
 - nothing starts until the first `submit` (no thread for a cache that never writes);
 - fork-safe: a child process (pre-fork servers, ``multiprocessing``) gets a fresh, empty queue
   and starts its own thread at its first write; the parent's queued writes stay the parent's;
