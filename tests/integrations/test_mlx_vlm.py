@@ -368,5 +368,5 @@ def test_another_mlx_vlm_release_is_refused_with_both_versions(monkeypatch: pyte
     monkeypatch.setattr(
         metadata, "version", lambda name: "0.7.9" if name == "mlx-vlm" else real_version(name)
     )
-    with pytest.raises(ConfigurationError, match=r"supports mlx-vlm 0\.7\.10 only.*0\.7\.9 is installed"):
+    with pytest.raises(ConfigurationError, match=r"supports mlx-vlm ==0\.7\.10, but 0\.7\.9 is installed"):
         mlx_vlm.prepare_inputs(processor, images=make_images(1), prompts="a", cache=VisionEmbeddingCache())

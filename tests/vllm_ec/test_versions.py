@@ -21,7 +21,7 @@ def test_the_installed_versions_are_supported() -> None:
 @pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.32.0", "0.32.1rc1", "0.33.0.dev5+gabc"])
 def test_other_vllm_releases_are_refused(version: str) -> None:
     assert supported_release(version) is None
-    with pytest.raises(ImportError, match=rf"found {version.replace('+', '[+]')}"):
+    with pytest.raises(ImportError, match=rf"but {version.replace('+', '[+]')} is installed"):
         check_versions(version, transformers.__version__)
 
 
@@ -31,7 +31,7 @@ def test_patch_releases_and_local_labels_are_accepted() -> None:
 
 @pytest.mark.parametrize("version", ["5.18.2", "5.20.0"])
 def test_transformers_outside_the_tested_range_is_refused(version: str) -> None:
-    with pytest.raises(ImportError, match=rf"transformers .*found {version}"):
+    with pytest.raises(ImportError, match=rf"transformers .*but {version} is installed"):
         check_versions("0.32.0", version)
 
 
@@ -43,8 +43,11 @@ def test_importing_the_connector_under_another_vllm_version_fails_with_the_versi
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode != 0
-    assert "ImportError: visioncache.integrations.vllm supports vLLM 0.32.x, 0.33.x" in done.stderr
-    assert "found 0.31.0" in done.stderr
+    assert (
+        "UnsupportedVersionError: visioncache.integrations.vllm supports vllm ==0.32.* or ==0.33.*"
+        in done.stderr
+    )
+    assert "but 0.31.0 is installed" in done.stderr
 
 
 def test_importing_the_connector_under_vllm_0_33_succeeds() -> None:
@@ -62,5 +65,5 @@ def test_importing_the_connector_under_vllm_0_33_succeeds() -> None:
 
 def test_vllm_0_33_takes_the_transformers_it_requires() -> None:
     assert check_versions("0.33.0", "5.20.1").name == "0.33.x"
-    with pytest.raises(ImportError, match=r"found 5\.21\.0"):
+    with pytest.raises(ImportError, match=r"but 5\.21\.0 is installed"):
         check_versions("0.33.0", "5.21.0")

@@ -62,7 +62,7 @@ def test_another_vllm_mlx_version_is_refused_before_anything_is_patched(
     monkeypatch.setattr(
         metadata, "version", lambda name: "0.5.2" if name == "vllm-mlx" else real_version(name)
     )
-    with pytest.raises(ConfigurationError, match=r"supports vllm-mlx 0\.6\.0 only, but 0\.5\.2 is installed"):
+    with pytest.raises(ConfigurationError, match=r"supports vllm-mlx ==0\.6\.0, but 0\.5\.2 is installed"):
         install(model_id="m")
     assert current_code() == stock_code and vllm_mlx.installed() is None
 

@@ -7,17 +7,16 @@ integration without it installed gets `visioncache.extras`' one error, naming
 The family descriptions mirror mlx-vlm's model code (how each model merges image features, what
 its language model is fed), which changes between releases without notice, so exactly one mlx-vlm
 release is supported: another one is refused with a message naming both versions
-(ConfigurationError), before any model is touched.
+(`visioncache.versions.UnsupportedVersionError`), before any model is touched.
 """
 
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from types import ModuleType
 
-from visioncache import ConfigurationError
-from visioncache.extras import missing_extra, requires
+from visioncache.extras import requires
+from visioncache.versions import require_version
 
 __all__ = ["SUPPORTED_MLX_VLM_VERSION", "check_mlx_vlm_version", "import_mlx", "import_mlx_vlm_utils"]
 
@@ -36,17 +35,15 @@ def import_mlx() -> ModuleType:
 
 
 def check_mlx_vlm_version() -> None:
-    """Raise ConfigurationError unless the installed mlx-vlm is the supported release."""
-    try:
-        version = metadata.version("mlx-vlm")
-    except metadata.PackageNotFoundError:
-        raise missing_extra("mlx", _NEEDED_BY, "mlx_vlm") from None
-    if version != SUPPORTED_MLX_VLM_VERSION:
-        raise ConfigurationError(
-            f"visioncache's mlx integration supports mlx-vlm {SUPPORTED_MLX_VLM_VERSION} only (its "
-            f"family descriptions follow that release's model code), but {version} is installed: "
-            f"pip install 'mlx-vlm=={SUPPORTED_MLX_VLM_VERSION}'"
-        )
+    """Refuse another mlx-vlm release than the supported one (`UnsupportedVersionError`, a
+    ConfigurationError); `MissingExtraError` when mlx-vlm is not installed."""
+    require_version(
+        "mlx-vlm",
+        f"=={SUPPORTED_MLX_VLM_VERSION}",
+        needed_by="visioncache's mlx integration",
+        why="its family descriptions follow that release's model code",
+        extra="mlx",
+    )
 
 
 def import_mlx_vlm_utils() -> ModuleType:

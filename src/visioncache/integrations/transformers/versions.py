@@ -11,10 +11,7 @@ still proves each family on the loaded model, and refuses it if that release cha
 
 from __future__ import annotations
 
-import warnings
-from importlib import metadata
-
-from packaging.version import Version
+from visioncache.versions import UntestedVersionWarning, require_version
 
 __all__ = [
     "MAX_TESTED_TRANSFORMERS",
@@ -25,31 +22,22 @@ __all__ = [
 ]
 
 MIN_TRANSFORMERS = "5.20.0"
-MAX_TESTED_TRANSFORMERS = "5.24.0"
 # Each release the family suite (tests/integrations/test_transformers_families.py) passed on.
 TESTED_TRANSFORMERS = ("5.20.2", "5.21.1", "5.22.2", "5.23.0", "5.24.0")
-
-
-class UntestedVersionWarning(UserWarning):
-    """transformers is newer than any release visioncache's family descriptions were tested on."""
+MAX_TESTED_TRANSFORMERS = TESTED_TRANSFORMERS[-1]
 
 
 def check_transformers_version(version: str | None = None) -> None:
-    """Raise ImportError for a transformers release outside ``MIN_TRANSFORMERS`` .. 6; warn for
-    one newer than ``MAX_TESTED_TRANSFORMERS``. ``version`` defaults to the installed one."""
-    installed = version if version is not None else metadata.version("transformers")
-    parsed = Version(installed)
-    if parsed < Version(MIN_TRANSFORMERS) or parsed.major != Version(MIN_TRANSFORMERS).major:
-        raise ImportError(
-            f"visioncache's transformers integration needs transformers >= {MIN_TRANSFORMERS}, < 6 "
-            f"(tested: {', '.join(TESTED_TRANSFORMERS)}); {installed} is installed: "
-            f"pip install 'transformers>={MIN_TRANSFORMERS},<6'"
-        )
-    if parsed.release > Version(MAX_TESTED_TRANSFORMERS).release:
-        warnings.warn(
-            f"transformers {installed} is newer than the releases visioncache's family descriptions "
-            f"were tested on ({MIN_TRANSFORMERS} .. {MAX_TESTED_TRANSFORMERS}); each model is still "
-            "checked when CachedVisionModel is built",
-            UntestedVersionWarning,
-            stacklevel=3,
-        )
+    """Refuse a transformers release outside ``MIN_TRANSFORMERS`` .. 6 (`visioncache.versions`:
+    `UnsupportedVersionError`, an ImportError); warn for one newer than every tested release.
+    ``version`` defaults to the installed one."""
+    require_version(
+        "transformers",
+        f">={MIN_TRANSFORMERS},<6",
+        needed_by="visioncache's transformers integration",
+        installed=version,
+        tested=TESTED_TRANSFORMERS,
+        why="older releases lack the processor seam and mm_encoder_outputs it uses; each model is "
+        "still checked when CachedVisionModel is built",
+        extra="hf",
+    )

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from visioncache.versions import require_version
+
 __all__ = ["SUPPORTED", "SupportedRelease", "check_versions", "supported_release"]
 
 
@@ -29,11 +31,13 @@ class SupportedRelease:
     def name(self) -> str:
         return f"{self.vllm_minor[0]}.{self.vllm_minor[1]}.x"
 
+    @property
+    def specifier(self) -> str:
+        """Its final releases, as a PEP 440 specifier set."""
+        return f"=={self.vllm_minor[0]}.{self.vllm_minor[1]}.*"
+
     def transformers_range(self) -> str:
         return f">={self.transformers_min},<{self.transformers_below}"
-
-    def accepts_transformers(self, version: Version) -> bool:
-        return Version(self.transformers_min) <= version < Version(self.transformers_below)
 
 
 SUPPORTED: tuple[SupportedRelease, ...] = (
@@ -53,38 +57,36 @@ SUPPORTED: tuple[SupportedRelease, ...] = (
 )
 
 
-def _parse(package: str, text: str) -> Version:
-    try:
-        return Version(text)
-    except InvalidVersion as error:
-        raise ImportError(f"visioncache.integrations.vllm: unreadable {package} version {text!r}") from error
-
-
 def supported_release(vllm_version: str) -> SupportedRelease | None:
     """The supported release ``vllm_version`` belongs to (a final release, any local label such
     as ``+cpu``), or None."""
-    version = _parse("vLLM", vllm_version)
+    try:
+        version = Version(vllm_version)
+    except InvalidVersion:
+        return None
     if version.is_prerelease or version.is_devrelease:
         return None
-    for release in SUPPORTED:
-        if version.release[:2] == release.vllm_minor:
-            return release
-    return None
+    return next((release for release in SUPPORTED if version.release[:2] == release.vllm_minor), None)
 
 
 def check_versions(vllm_version: str, transformers_version: str) -> SupportedRelease:
-    """The supported release of these versions; ImportError naming both otherwise."""
+    """The supported release of these versions; `UnsupportedVersionError` (an ImportError)
+    naming what was found and what is supported otherwise (`visioncache.versions`)."""
+    needed_by = "visioncache.integrations.vllm"
+    require_version(
+        "vllm",
+        [release.specifier for release in SUPPORTED],
+        installed=vllm_version,
+        needed_by=needed_by,
+        why="the EC connector interface and when vLLM calls it change between releases",
+    )
     release = supported_release(vllm_version)
-    if release is None:
-        supported = ", ".join(item.name for item in SUPPORTED)
-        raise ImportError(
-            f"visioncache.integrations.vllm supports vLLM {supported} (final releases), found "
-            f"{vllm_version}: the EC connector interface and when vLLM calls it change between releases"
-        )
-    if not release.accepts_transformers(_parse("transformers", transformers_version)):
-        raise ImportError(
-            f"visioncache.integrations.vllm with vLLM {release.name} supports transformers "
-            f"{release.transformers_range()}, found {transformers_version}: its processors shape every "
-            "encoder output"
-        )
+    assert release is not None  # a final release of a supported minor, checked above
+    require_version(
+        "transformers",
+        release.transformers_range(),
+        installed=transformers_version,
+        needed_by=f"{needed_by} with vLLM {release.name}",
+        why="its processors shape every encoder output",
+    )
     return release

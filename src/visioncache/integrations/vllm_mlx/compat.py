@@ -15,6 +15,7 @@ from types import ModuleType
 
 from visioncache import ConfigurationError
 from visioncache.extras import missing_extra
+from visioncache.versions import require_version
 
 __all__ = [
     "INSTALL_HINT",
@@ -54,17 +55,19 @@ def installed_version() -> str | None:
 
 
 def _check_version() -> str:
-    version = installed_version()
-    if version is None:
-        raise missing_extra(
-            "vllm-mlx", "the vllm-mlx integration", "vllm_mlx", f"vllm-mlx=={SUPPORTED_VLLM_MLX_VERSION}"
+    installed = installed_version()
+    if installed is None:
+        raise missing_extra("vllm-mlx", "the vllm-mlx integration", "vllm_mlx", INSTALL_HINT)
+    return str(
+        require_version(
+            "vllm-mlx",
+            f"=={SUPPORTED_VLLM_MLX_VERSION}",
+            installed=installed,
+            needed_by="visioncache's vllm-mlx integration",
+            why="the methods it wraps are not stable API; nothing was patched",
+            extra="vllm-mlx",
         )
-    if version != SUPPORTED_VLLM_MLX_VERSION:
-        raise ConfigurationError(
-            f"visioncache's vllm-mlx integration supports vllm-mlx {SUPPORTED_VLLM_MLX_VERSION} only, "
-            f"but {version} is installed; nothing was patched ({INSTALL_HINT})"
-        )
-    return version
+    )
 
 
 def import_batch_generator_module() -> ModuleType:
