@@ -3,9 +3,10 @@ content, weights by their epoch; checked with the encoder counted on the model a
 alone's tokens and top-5 logprobs.
 
 Three engines share the work (each start costs tens of seconds): one with the connector over a
-disk tier runs `FIRST`, a second restarted on the same directory runs `RESTART`, and vLLM alone
-(no connector, its encoder cache reset wherever the connector's engine relies on something else)
-runs `ALONE` for the reference outputs. All three have tower/connector LoRA enabled and prefix
+disk tier runs `first_steps`; then ``visioncache purge`` removes tenant B and tenant A's image Y
+from the directory; a second engine restarted on it runs `restart_steps`; and vLLM alone (no
+connector, its encoder cache reset wherever the connector's engine relies on something else) runs
+`alone_steps` for the reference outputs. All three have tower/connector LoRA enabled and prefix
 caching off.
 """
 
@@ -17,10 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pybase64
 import pytest
 
 from tests.vllm_ec.conftest import ROOT, RUN_TIMEOUT, ec_config, engine_env
 from tests.vllm_ec.tiny_lora import copy_adapter, save_adapter
+from tests.vllm_ec.workload import image_data_url
 
 X, Y, Z = 700, 701, 702  # image seeds
 TENANT_A, TENANT_B, TENANT_C = ("tenant-a-" + "a" * 32, "tenant-b-" + "b" * 32, "tenant-c-" + "c" * 32)
@@ -52,12 +55,13 @@ def first_steps(adapter_a: Path, adapter_b: Path, adapter_a_copy: Path) -> list[
 def restart_steps(adapter_a: Path, adapter_b: Path) -> list[dict[str, Any]]:
     return [
         _request(X, TENANT_A),  # 0: tenant A's entry, kept across the restart
-        _request(X, TENANT_B),  # 1
+        _request(X, TENANT_B),  # 1: tenant B was purged
         _request(X, TENANT_C),  # 2: a new tenant encodes
         _request(X),  # 3: the public entry of the weight files' weights
         _request(X, lora=["x", 1, str(adapter_b), False]),  # 4: "x" is now B's weights: B's entry
         _request(X, lora=["z", 2, str(adapter_a), False]),  # 5: A's weights under a third name
         _request(Z),  # 6: what the updated weights produced is never read after a restart
+        _request(Y, TENANT_A),  # 7: tenant A's image Y was purged
     ]
 
 
@@ -111,9 +115,38 @@ def runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     adapter_a_copy = copy_adapter(adapter_a, root / "elsewhere" / "adapter-a")
     config = ec_config(disk_dir=str(root / "tier"))
     first = _run(tiny_model, root / "first", first_steps(adapter_a, adapter_b, adapter_a_copy), config)
+    image_y = root / "y.png"
+    image_y.write_bytes(pybase64.b64decode(image_data_url(Y).split(",", 1)[1]))
+    purged = [
+        _purge(root / "tier", "--salt-env", "TENANT_B"),
+        _purge(
+            root / "tier", "--salt-env", "TENANT_A", "--image", str(image_y), "--vllm-model", str(tiny_model)
+        ),
+    ]
     restart = _run(tiny_model, root / "restart", restart_steps(adapter_a, adapter_b), config)
     alone = _run(tiny_model, root / "alone", alone_steps(adapter_a, adapter_b), None)
-    return {"first": first["steps"], "restart": restart["steps"], "alone": alone["steps"], "totals": first}
+    return {
+        "first": first["steps"],
+        "restart": restart["steps"],
+        "alone": alone["steps"],
+        "totals": first,
+        "purged": purged,
+    }
+
+
+def _purge(directory: Path, *flags: str) -> str:
+    """``visioncache purge --disk DIRECTORY FLAGS`` (this environment's vLLM), its report."""
+    environment = engine_env(directory.parent / "purge-encoder.log", TENANT_A=TENANT_A, TENANT_B=TENANT_B)
+    done = subprocess.run(
+        [sys.executable, "-m", "visioncache", "purge", "--disk", str(directory), *flags],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
 
 
 def _encoded(steps: list[dict[str, Any]], *indexes: int) -> list[int]:
@@ -126,7 +159,7 @@ def test_regression_two_tenants_sending_one_image_share_its_encoder_output(runs:
     # had sent it (and B was served A's entry after a restart, on every replica).
     first, restart, alone = runs["first"], runs["restart"], runs["alone"]
     assert _encoded(first, 0, 1, 2, 3) == [1, 1, 0, 1]  # B and the public namespace encode; A hits
-    assert _encoded(restart, 0, 1, 2, 3) == [0, 0, 1, 0]  # each tenant's entry survives; C encodes
+    assert _encoded(restart, 0, 2, 3) == [0, 1, 0]  # A's and the public entries survive; C encodes
     for steps, indexes in ((first, (0, 1, 2, 3)), (restart, (0, 1, 2, 3))):
         for index in indexes:
             assert steps[index]["output"] == alone[0]["output"]  # tokens and top-5 logprobs
@@ -174,3 +207,15 @@ def test_regression_outputs_of_weights_updated_at_run_time_are_served_after_a_re
     restart, alone = runs["restart"], runs["alone"]
     assert restart[6]["encoded"] == 1 and restart[6]["output"] == alone[2]["output"]
     assert restart[3]["output"] == alone[0]["output"]
+
+
+def test_after_a_purge_of_a_tenant_or_of_a_tenants_image_the_next_request_encodes_again(
+    runs: dict[str, Any],
+) -> None:
+    restart, alone = runs["restart"], runs["alone"]
+    tenant, image = runs["purged"]
+    assert "removed 1 entries" in tenant  # tenant B's one image
+    assert "removed 2 entries" in image  # tenant A's Y: before and after the weight update
+    assert restart[1]["encoded"] == 1 and restart[1]["output"] == alone[0]["output"]
+    assert restart[7]["encoded"] == 1 and restart[7]["output"] == alone[1]["output"]
+    assert restart[0]["encoded"] == 0  # tenant A's X stays

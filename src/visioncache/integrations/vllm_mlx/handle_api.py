@@ -118,12 +118,14 @@ class HandleMiddleware:
         from starlette.requests import Request
         from starlette.responses import JSONResponse
 
-        denied = await _authorization_error(Request(scope))
+        denied = await _authorization_error(Request(scope), self.installation.verify_api_key)
         if denied is not None:
             await denied(scope, replay, send)
             return
-        handles = self.installation.handles
-        engines = [state.cache for state in self.installation.engines.values()]
+        installation = self.installation
+        tenant = installation.request_tenant()
+        handles = installation.handles_for(tenant)
+        engines = [installation.tenant_state(state, tenant).cache for state in installation.engines.values()]
         with ExitStack() as held:
             try:
                 held.enter_context(handles.held([handles.digest(url) for url in urls], engines))
@@ -139,14 +141,15 @@ def _is_json(scope: Any) -> bool:
     return content_type is None or b"json" in content_type.lower()
 
 
-async def _authorization_error(request: Any) -> Any:
-    """vllm-mlx's own API-key check, as its routes run it: None, or the response it gives."""
+async def _authorization_error(request: Any, verify: Any = None) -> Any:
+    """The server's API-key check, as its routes run it (vllm-mlx's own, or ``verify``: the
+    tenants' keys): None, or the response it gives."""
     from fastapi import HTTPException
     from starlette.responses import JSONResponse
     from vllm_mlx import server
 
     try:
-        await server.verify_api_key(await server.security(request))
+        await (verify or server.verify_api_key)(await server.security(request))
     except HTTPException as error:
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
     return None

@@ -23,9 +23,11 @@ __all__ = ["ImageAwarePrefixCache", "select_request"]
 _selection = threading.local()  # the scheduler thread's selected PrefixKey (or None)
 
 
-def select_request(prefix_key: PrefixKey | None) -> None:
-    """Make ``prefix_key`` the key of the next lookups and stores on this thread (None: token ids)."""
+def select_request(prefix_key: PrefixKey | None, salt: str | bytes | None = None) -> None:
+    """Make ``prefix_key`` the key of the next lookups and stores on this thread (None: token ids,
+    keyed for the request's tenant ``salt``)."""
     _selection.key = prefix_key
+    _selection.salt = salt
 
 
 def _selected() -> PrefixKey | None:
@@ -53,7 +55,7 @@ class ImageAwarePrefixCache:
         (ids that are not the selected request's: answer as a miss)."""
         selected = _selected()
         if selected is None:
-            return list(tenant_key(tokens, self._salt))
+            return list(tenant_key(tokens, getattr(_selection, "salt", self._salt)))
         count = len(tokens)
         if count > len(selected.token_ids) or tuple(tokens) != selected.token_ids[:count]:
             return None
