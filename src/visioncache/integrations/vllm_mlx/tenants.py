@@ -35,7 +35,7 @@ from typing import Any
 
 from visioncache.errors import ConfigurationError
 
-__all__ = ["NO_TENANT", "TenantKeys", "TenantMiddleware", "current", "verifier", "warn_if_shared"]
+__all__ = ["NO_TENANT", "TenantKeys", "TenantMiddleware", "current", "mount", "verifier", "warn_if_shared"]
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +141,19 @@ def verifier(tenants: TenantKeys) -> Any:
         return True
 
     return verify_tenant_key
+
+
+def mount(app: Any, installation: Any) -> None:
+    """Serve ``installation.tenants`` on vllm-mlx's ``app`` (before it starts): the tenants' keys
+    replace vllm-mlx's API-key check on every route (FastAPI's dependency override), and each
+    request is handled as its key's tenant (`TenantMiddleware`, outermost: mount it last)."""
+    from vllm_mlx import server
+
+    tenants: TenantKeys = installation.tenants
+    check = verifier(tenants)
+    app.dependency_overrides[server.verify_api_key] = check
+    installation.verify_api_key = check
+    app.add_middleware(TenantMiddleware, tenants=tenants)
 
 
 def warn_if_shared(shared_tier: bool, tenants: TenantKeys | None, salt: str | None) -> None:
