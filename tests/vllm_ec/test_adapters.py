@@ -135,3 +135,19 @@ def test_identifiers_get_their_scopes_prefix_once_and_only_outside_the_default_s
     tenant.mm_features.append(SimpleNamespace(identifier="h2", mm_position=tenant.mm_features[0].mm_position))
     items.note_request(tenant, 0)  # an item added later (a streaming input) is scoped when first seen
     assert [f.identifier for f in tenant.mm_features] == ["t:h1", "t:h2"]
+
+
+def test_a_requests_cache_salt_is_its_tenant_unless_the_switch_shares_one_namespace(tmp_path: Path) -> None:
+    from visioncache.integrations.vllm.scopes import Scopes
+
+    store = _store(tmp_path)
+    salted, unsalted = SimpleNamespace(cache_salt="s" * 43), SimpleNamespace(cache_salt=None)
+    tenants = Scopes(store, ignore_cache_salt=False, adapters_reach_the_encoder=False)
+    shared = Scopes(store, ignore_cache_salt=True, adapters_reach_the_encoder=False)
+    assert tenants.scope_of(salted) == Scope(tenant="s" * 43) and tenants.scope_of(unsalted) == Scope()
+    assert shared.scope_of(salted) == Scope() == shared.scope_of(unsalted)
+    assert tenants.prefix(Scope()) == "" and tenants.prefix(Scope(tenant="a")).startswith("vc-")
+    assert tenants.prefix(None) != tenants.prefix(None)  # an unkeyed scope shares with nothing
+    store.new_epoch()
+    assert tenants.prefix(Scope()).startswith("vc-")  # after a weight update, vLLM's cache too
+    store.close()

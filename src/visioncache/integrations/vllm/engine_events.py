@@ -35,14 +35,16 @@ __all__ = ["ADAPTER_EVENTS", "READ_ONLY_RPCS", "WEIGHT_EVENTS", "changes_weights
 
 WEIGHT_EVENTS = ("collective_rpc", "reset_encoder_cache", "reset_prefix_cache", "wake_up")
 ADAPTER_EVENTS = ("add_lora",)
-# Worker methods vLLM itself calls through collective_rpc that only read: printing an LLM
-# (get_model_inspection), weight checksums, timing stats, releasing a late-interaction query.
+# Worker methods vLLM itself calls through collective_rpc that leave the weights alone: printing
+# an LLM (get_model_inspection), weight checksums, timing stats, releasing a late-interaction
+# query, the context length fitted at start-up.
 READ_ONLY_RPCS = frozenset(
     {
         "compute_weight_checksums",
         "get_model_inspection",
         "get_encoder_timing_stats",
         "release_late_interaction_query_cache",
+        "update_max_model_len",
     }
 )
 _MARK = "_visioncache_observed"
