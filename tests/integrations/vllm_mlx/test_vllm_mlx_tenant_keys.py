@@ -83,3 +83,42 @@ def test_forgetting_an_image_removes_the_tenants_kv_prefixes_that_hold_it_and_no
     assert forget_kv(cache, "ns", "a", red) == 2
     assert list(cache._inner._entries) == keys[2:]
     assert forget_kv(cache, "ns", None, red) == 1
+
+
+def test_each_request_keeps_its_tenant_under_threads_at_a_1us_switch_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+    import threading
+
+    from visioncache.integrations.vllm_mlx import install
+    from visioncache.integrations.vllm_mlx.tenants import current
+
+    monkeypatch.setenv("VC_TEST_TENANTS", json.dumps({f"key-{n}": f"tenant-{n}" for n in range(8)}))
+    installation = install(VisionCacheSettings(model_id="m", tenants_env="VC_TEST_TENANTS", handles=False))
+    wrong: list[str] = []
+
+    def client(number: int) -> None:
+        current.set(f"tenant-{number}")  # what the middleware sets for the thread's requests
+        for index in range(300):
+            request_id = f"{number}-{index}"
+            installation.note_request(request_id)
+            request = SimpleNamespace(request_id=request_id)
+            if installation.tenant_of(request) != f"tenant-{number}" or installation.tenant_of(request) != (
+                f"tenant-{number}"
+            ):
+                wrong.append(request_id)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=client, args=(number,)) for number in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+        installation.uninstall()
+    assert wrong == []
+    assert installation.tenant_of(SimpleNamespace(request_id="never-noted")) is None  # no key: no tenant

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from visioncache import ConfigurationError
+from visioncache import ConfigurationError, forking
 from visioncache.integrations.mlx_vlm import Model, Processor
 from visioncache.integrations.mlx_vlm.families import check_family, family_for
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module, import_scheduler_module
@@ -88,6 +88,7 @@ class Installation:
         self.prefix_caches: list[ImageAwarePrefixCache] = []  # every generator's, for a purge
         self.verify_api_key: Any = None  # the API-key check of the server's routes (None: vllm-mlx's)
         self._noted: OrderedDict[str, str | None] = OrderedDict()
+        self._noted_lock = forking.lock()  # a leaf: only the notes' own operations run under it
         self._tenant_states: dict[tuple[str, str | None], EngineState] = {}
         self._tenant_handles: dict[str | None, Handles] = {}
         self._module = module
@@ -150,16 +151,20 @@ class Installation:
     def note_request(self, request_id: str) -> None:
         """vllm-mlx made ``request_id`` in the current HTTP request's handling: remember its tenant."""
         if self.tenants is not None:
-            self._noted[request_id] = self.request_tenant()
-            while len(self._noted) > _MAX_NOTED:
-                self._noted.popitem(last=False)
+            tenant = self.request_tenant()
+            with self._noted_lock:
+                self._noted[request_id] = tenant
+                while len(self._noted) > _MAX_NOTED:
+                    self._noted.popitem(last=False)
 
     def tenant_of(self, request: Any) -> str | None:
         """The tenant secret of one of vllm-mlx's batch requests (kept on it from its first step)."""
         if self.tenants is None:
             return self.settings.salt
         if not hasattr(request, _TENANT_ATTRIBUTE):
-            setattr(request, _TENANT_ATTRIBUTE, self._noted.pop(request.request_id, None))
+            with self._noted_lock:
+                noted = self._noted.pop(request.request_id, None)
+            setattr(request, _TENANT_ATTRIBUTE, noted)
         tenant: str | None = getattr(request, _TENANT_ATTRIBUTE)
         return tenant
 
