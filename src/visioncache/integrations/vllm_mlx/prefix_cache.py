@@ -30,7 +30,7 @@ class _OwnSalt:
 _OWN_SALT = _OwnSalt()
 
 
-def select_request(prefix_key: PrefixKey | None, salt: str | bytes | None | _OwnSalt = _OWN_SALT) -> None:
+def select_request(prefix_key: PrefixKey | None, salt: str | bytes | _OwnSalt | None = _OWN_SALT) -> None:
     """Make ``prefix_key`` the key of the next lookups and stores on this thread (None: token ids,
     keyed for the request's tenant ``salt``, a str, bytes or None)."""
     _selection.key = prefix_key
