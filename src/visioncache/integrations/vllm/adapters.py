@@ -127,15 +127,17 @@ class AdapterIdentities:
         cannot be known (see the module docstring)."""
         lora_id, lora_path = int(lora_request.lora_int_id), str(lora_request.lora_path)
         known = self._by_id.get(lora_id)
-        if known is None or getattr(lora_request, "load_inplace", False):
-            current = self._read(lora_path)
-            if known is None or current != known:
-                self._remember(lora_id, current)
-            return current.digest
         try:
             directory = self._resolve(lora_path)
-        except Exception:
+        except Exception:  # not resolvable here: vLLM fails the request itself
             return None
-        if directory != known.directory or _state(Path(directory)) != known.state:
-            return None  # the workers may run the files they loaded or the ones there now
-        return known.digest
+        unchanged = (
+            known is not None and known.directory == directory and _state(Path(directory)) == known.state
+        )
+        if unchanged:
+            return known.digest if known is not None else None
+        if known is None or getattr(lora_request, "load_inplace", False):
+            current = self._read(lora_path)  # what the workers load now
+            self._remember(lora_id, current)
+            return current.digest
+        return None  # the workers may run the files they loaded or the ones there now
