@@ -122,3 +122,33 @@ def test_each_request_keeps_its_tenant_under_threads_at_a_1us_switch_interval(
         installation.uninstall()
     assert wrong == []
     assert installation.tenant_of(SimpleNamespace(request_id="never-noted")) is None  # no key: no tenant
+
+
+def test_purge_by_handle_removes_the_tenants_kept_bytes_and_features_from_the_disk_tier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    from visioncache import ContentDigest, VisionEmbeddingCache
+    from visioncache.cli import main
+    from visioncache.integrations.vllm_mlx.handles import Handles
+
+    tiers = TierSettings(disk_dir=str(tmp_path / "tier"), max_pending_write_bytes=0)
+    image = b"\x89PNG image bytes of tenant a"
+    handles = Handles("tenant-a", tiers, "1MiB")
+    ((handle, digest),) = handles.issue([image])
+    features = VisionEmbeddingCache(namespace="model", tiers=tiers).with_salt("tenant-a")
+    features.set_image_embeddings([ContentDigest(digest)], [np.ones((2, 2), np.float32)])
+    features.close()
+    handles.close()
+    monkeypatch.setenv("TENANT_A", "tenant-a")
+    assert (
+        main(["purge", "--disk", str(tmp_path / "tier"), "--handle", handle, "--salt-env", "TENANT_A"]) == 0
+    )
+    reopened = Handles("tenant-a", tiers, "1MiB")
+    assert reopened.kept_bytes(digest) is None
+    cache = VisionEmbeddingCache(namespace="model", tiers=tiers).with_salt("tenant-a")
+    assert cache.get_image_embeddings([ContentDigest(digest)]) == [None]
+    assert (
+        main(["purge", "--disk", str(tmp_path / "tier"), "--handle", handle]) == 2
+    )  # not the public tenant's
