@@ -42,11 +42,12 @@ def open_tier(args: argparse.Namespace) -> tuple[Tier, str]:
             redis_url=args.redis, redis_prefix=args.prefix, redis_timeout=SCAN_TIMEOUT, redis_cluster=cluster
         )
         where = f"redis {'cluster ' if cluster else ''}tier {args.redis}, prefix {args.prefix!r}"
-        if not cluster and _is_cluster_node(args.redis):
-            raise ConfigurationError(
-                f"--redis {args.redis!r} is a node of a Redis Cluster: add --cluster to read every node"
-            )
-    (tier,) = settings.build_tiers()
+    (tier,) = settings.build_tiers()  # a missing extra fails here, naming its pip install
+    if args.redis is not None and not args.cluster and _is_cluster_node(args.redis):
+        tier.close()
+        raise ConfigurationError(
+            f"--redis {args.redis!r} is a node of a Redis Cluster: add --cluster to read every node"
+        )
     return tier, where
 
 
