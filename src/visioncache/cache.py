@@ -14,6 +14,7 @@ Constructing a cache has no side effects: tiers open files, sockets and threads 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
@@ -145,6 +146,18 @@ class VisionEmbeddingCache:
         """The shared tiers below memory, or None."""
         return self._tiers
 
+    def with_salt(self, salt: str | bytes | None) -> VisionEmbeddingCache:
+        """A view of this cache for another tenant: the same levels (entries, budgets, pins,
+        stats) and tiers, keys under ``salt``. A server of many tenants keeps one bounded cache
+        and hands each request its tenant's view; `close` the cache itself, not its views."""
+        builder = KeyBuilder(self.namespace, salt)
+        view = copy.copy(self)
+        view._keys = ImageKeys(builder, self._keys.hasher)
+        view._reference = ReferenceLevels(self._levels, view._keys, lambda: view.enabled)
+        if self._tiers is not None:
+            self._tiers.register_namespace(builder.tag, self.namespace)
+        return view
+
     def close(self) -> None:
         """Flush queued tier writes and close the tiers (the memory levels stay usable)."""
         if self._tiers is not None:
@@ -261,6 +274,21 @@ class VisionEmbeddingCache:
         if not self.enabled:
             return as_results(preprocess_fn(list(images)), len(keys), "preprocess_fn")
         return self._levels["pixel_only"].resolve(keys, list(images), preprocess_fn, what="preprocess_fn")
+
+    def discard_images(self, images: Sequence[Any], *, flush_seconds: float = 10.0) -> int:
+        """Remove these images' per-image entries (embeddings, pixel values) from memory and
+        from every tier, under every secret the tiers accept; returns how many copies were
+        removed. Writes still queued for the tiers are flushed first (up to ``flush_seconds``),
+        so none lands after the removal. Entries of the prompt-keyed levels are not per image.
+        """
+        keys = [
+            (self._levels[level], self._keys.builder.image_key(level, digest))
+            for digest in self.image_digests(images)
+            for level in ("embedding", "pixel_only")
+        ]
+        if self._tiers is not None:
+            self._tiers.flush(flush_seconds)
+        return sum(level.discard(key) for level, key in keys)
 
     @contextmanager
     def pinned(self, images: Sequence[Any]) -> Iterator[None]:

@@ -1,4 +1,4 @@
-"""The ``visioncache`` command line: ``visioncache bench`` and ``visioncache stats``.
+"""The ``visioncache`` command line: ``bench``, ``stats``, ``purge`` and ``serve-mlx``.
 
 Each subcommand lives in its own module under ``visioncache.commands`` and exposes
 ``add_parser(subparsers)`` and ``run(args) -> int``; this module only dispatches, and imports a
@@ -19,7 +19,7 @@ from visioncache.errors import VisionCacheError
 # names its class privately).
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 # subcommand name -> module under visioncache.commands
-SUBCOMMANDS = {"bench": "bench", "stats": "stats", "serve-mlx": "serve_mlx"}
+SUBCOMMANDS = {"bench": "bench", "stats": "stats", "purge": "purge", "serve-mlx": "serve_mlx"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -248,6 +248,11 @@ class Level:
     def stats(self) -> StoreStats:
         return self.store.stats()
 
+    def discard(self, key: str) -> int:
+        """Remove ``key`` from memory and from every tier; how many copies were removed."""
+        removed = int(self.store.discard(key))
+        return removed + (self.tiers.delete(key) if self.tiers is not None else 0)
+
     def clear(self) -> None:
         self.store.clear()
 

@@ -189,8 +189,10 @@ class ServerProcess:
         root: str | Path,
         *flags: str,
         allow_loopback_media: bool = False,
+        environment: dict[str, str] | None = None,
     ) -> None:
         self.engine, self.root = engine, Path(root)
+        self.environment = dict(environment or {})  # e.g. a variable a --vision-cache-*-env flag names
         self.allow_loopback_media = allow_loopback_media
         self.port = free_port()
         self.record_path = self.root / f"record-{self.port}.jsonl"
@@ -218,6 +220,7 @@ class ServerProcess:
         )
         env = {name: value for name, value in env.items() if not name.startswith("VISIONCACHE_")}
         env[LOOPBACK_MEDIA_VARIABLE] = "1" if self.allow_loopback_media else "0"
+        env.update(self.environment)
         # ``-m tests.support.vllm_mlx_server`` resolves from the repository root.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as log:

@@ -147,10 +147,11 @@ def evict_after_load() -> None:
 
     original = ItemStore.load
 
-    def load_then_evict(self: ItemStore, identifier: str, **kwargs: Any) -> Any:
-        entry = original(self, identifier, **kwargs)
+    def load_then_evict(self: ItemStore, key: str, **kwargs: Any) -> Any:
+        entry = original(self, key, **kwargs)
         for tier in self.chain.tiers:
-            tier.delete(self.key(identifier))
+            for name in self.chain.tier_keys(key):
+                tier.delete(name)
         return entry
 
     ItemStore.load = load_then_evict  # type: ignore[method-assign]

@@ -22,6 +22,7 @@ def test_a_full_configuration_parses() -> None:
             "hmac_secret_env": "VC_SECRETS",
             "namespace": "ops/qwen2-vl@3",
             "max_pending_write_bytes": "64MiB",
+            "ignore_cache_salt": True,
         },
         environ={"VC_SECRETS": "new-secret, old-secret"},
     )
@@ -31,6 +32,8 @@ def test_a_full_configuration_parses() -> None:
     assert tiers.max_pending_write_bytes == 64 * 2**20
     assert tiers.redis_cluster and tiers.retry_interval == 2.0 and tiers.redis_ttl == 3600
     assert config.namespace == "ops/qwen2-vl@3"
+    assert config.ignore_cache_salt  # one shared, public namespace whatever a request's cache_salt
+    assert not ConnectorConfig.from_extra_config({"disk_dir": "/dev/shm/vc"}).ignore_cache_salt
 
 
 @pytest.mark.parametrize(
@@ -46,6 +49,7 @@ def test_a_full_configuration_parses() -> None:
         ({"disk_dir": "/nonexistent/vc", "redis_cluster": "yes"}, "redis_cluster"),
         ({"disk_dir": ""}, "disk_dir"),
         ({"disk_dir": "/nonexistent/vc", "trust_client_uuids": True}, "keyed by the encoder's inputs"),
+        ({"disk_dir": "/nonexistent/vc", "ignore_cache_salt": "yes"}, "ignore_cache_salt"),
     ],
 )
 def test_configuration_mistakes_are_named(extra: dict[str, object], message: str) -> None:

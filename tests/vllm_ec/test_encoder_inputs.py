@@ -23,14 +23,13 @@ def _item(**fields: object) -> MultiModalKwargsItem:
     return MultiModalKwargsItem(elements)
 
 
-def _digest(item: MultiModalKwargsItem, *, modality: str = "image", identifier: str = "h") -> bytes | None:
-    return encoder_input_digest(modality, identifier, "h", item)
+def _digest(item: MultiModalKwargsItem | None, *, modality: str = "image") -> bytes | None:
+    return encoder_input_digest(modality, item)
 
 
-def test_equal_inputs_share_a_digest_whatever_the_identifier() -> None:
-    first = _digest(_item(pixel_values=PIXELS, image_grid_thw=GRID), identifier="h")
-    same = _item(pixel_values=PIXELS.clone(), image_grid_thw=GRID)
-    second = encoder_input_digest("image", "client-id", "client-id", same)
+def test_equal_inputs_share_a_digest() -> None:
+    first = _digest(_item(pixel_values=PIXELS, image_grid_thw=GRID))
+    second = _digest(_item(pixel_values=PIXELS.clone(), image_grid_thw=GRID))
     assert first is not None and len(first) == 32 and first == second
 
 
@@ -69,13 +68,6 @@ def test_collision_other_modality_or_field_kind() -> None:
     assert _digest(item) != _digest(shared)
 
 
-def test_collision_a_lora_prefix_on_the_identifier() -> None:
-    # vLLM prefixes the identifier with the adapter's name when the adapter reaches the encoder.
-    item = _item(pixel_values=PIXELS)
-    with_adapter = encoder_input_digest("image", "my-lora:h", "h", item)
-    assert encoder_input_digest("image", "h", "h", item) != with_adapter
-
-
 def test_bf16_tensors_are_hashed_by_their_bytes() -> None:
     values = PIXELS.to(torch.bfloat16)
     nudged = values.clone()
@@ -84,6 +76,6 @@ def test_bf16_tensors_are_hashed_by_their_bytes() -> None:
 
 
 def test_inputs_the_scheduler_does_not_hold_have_no_digest() -> None:
-    assert encoder_input_digest("image", "h", "h", None) is None
+    assert _digest(None) is None
     assert _digest(_item(pixel_values=None)) is None
     assert _digest(_item(pixel_values="address-of-shared-memory")) is None

@@ -61,19 +61,19 @@ def worker(tmp_path: Path) -> Iterator[VisionCacheECConnector]:
     connector.store.close()
 
 
-KEY = "ab" * 32
+DIGEST = bytes.fromhex("ab" * 32)
 
 
-def _step(loaded: torch.Tensor) -> SimpleNamespace:
-    metadata = VisionCacheECMetadata(loads={"loaded": loaded}, saves={"encoded": KEY})
+def _step(connector: VisionCacheECConnector, loaded: torch.Tensor) -> SimpleNamespace:
+    saves = {"encoded": connector.store.key(DIGEST)}  # what the scheduler sends: key and namespace
+    metadata = VisionCacheECMetadata(loads={"loaded": loaded}, saves=saves)
     return SimpleNamespace(ec_connector_metadata=metadata, finished_req_ids=set())
 
 
 def _stored(connector: VisionCacheECConnector) -> torch.Tensor | None:
     assert connector.store.flush(10)
-    entry = ItemStore(connector.store.chain, connector.store.namespace).load(
-        bytes.fromhex(KEY), num_embeds=None, dtype=torch.bfloat16
-    )
+    reader = ItemStore(connector.store.chain, connector.store.namespace)
+    entry = reader.load(reader.key(DIGEST)[0], num_embeds=None, dtype=torch.bfloat16)
     return None if entry is None else entry[0]
 
 
@@ -86,7 +86,7 @@ def test_v2_model_runner_wrapper_places_loads_saves_by_key_and_reports_once(
     encoder_cache: dict[str, torch.Tensor] = {}
     wrapper = v2.ActiveECConnector(SimpleNamespace(), encoder_cache)
     loaded, encoded = torch.ones(3, 4, dtype=torch.float32), torch.full((2, 4), 7.0, dtype=torch.bfloat16)
-    with wrapper.maybe_get_output(_step(loaded)) as output:
+    with wrapper.maybe_get_output(_step(worker, loaded)) as output:
         assert encoder_cache["loaded"].dtype == torch.bfloat16  # placed in the encoder's dtype
         encoder_cache["encoded"] = encoded  # what the encoder runner adds this step
     assert output is not None
@@ -106,7 +106,7 @@ def test_v1_model_runner_mixin_places_loads_and_saves_by_key(
     mixin = v1.ECConnectorModelRunnerMixin
     encoder_cache: dict[str, torch.Tensor] = {}
     encoded = torch.full((2, 4), 3.0, dtype=torch.bfloat16)
-    with mixin.maybe_get_ec_connector_output(_step(torch.ones(3, 4)), encoder_cache) as output:
+    with mixin.maybe_get_ec_connector_output(_step(worker, torch.ones(3, 4)), encoder_cache) as output:
         assert "loaded" in encoder_cache
         encoder_cache["encoded"] = encoded
         mixin.maybe_save_ec_to_connector(encoder_cache, "encoded")

@@ -53,7 +53,13 @@ from visioncache.tiers.stats import ChainStats
 from visioncache.tiers.writer import EXIT_FLUSH_SECONDS, BackgroundWriter, Job
 from visioncache.trees import tree_nbytes
 
-__all__ = ["DEFAULT_MAX_PENDING_WRITE_BYTES", "TierChain", "UnsignedTierWarning", "WritesAtClose"]
+__all__ = [
+    "DEFAULT_MAX_PENDING_WRITE_BYTES",
+    "TierChain",
+    "UnsignedTierWarning",
+    "WritesAtClose",
+    "tier_keys_under",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +101,7 @@ class TierChain:
         self.tiers = tuple(tiers)
         self._guarded = [GuardedTier(tier, CircuitBreaker(retry_interval, clock=clock)) for tier in tiers]
         self._secrets: list[bytes | None] = list(accepted) or [None]
-        self._key_secrets = [blake3(b"visioncache/tier-key/v1\0" + item).digest() for item in accepted]
+        self._key_secrets = [_key_secret(item) for item in accepted]
         self._lock = forking.lock()
         self._unserializable = 0
         self._namespaces: dict[str, str] = {}  # tag -> name, written with the first save
@@ -107,11 +113,7 @@ class TierChain:
     # ---- keys ----------------------------------------------------------------------------------
     def tier_keys(self, key: str) -> list[str]:
         """The keys ``key`` is stored under, one per accepted secret (writes use the first)."""
-        if not self._key_secrets:
-            return [key]
-        prefix, _, digest = key.rpartition("/")
-        encoded = digest.encode("utf-8", "surrogatepass")
-        return [f"{prefix}/{blake3(encoded, key=secret).hexdigest()}" for secret in self._key_secrets]
+        return _rekeyed(key, self._key_secrets)
 
     # ---- reads ---------------------------------------------------------------------------------
     def load_many(self, keys: Sequence[str]) -> list[Any | None]:
@@ -189,6 +191,21 @@ class TierChain:
             for position, index in enumerate(pending):
                 found[index] = ok and any(answers[position * width : (position + 1) * width])
         return found
+
+    def delete(self, key: str) -> int:
+        """Remove ``key``, under every accepted secret, from every tier now (a purge); how many
+        stored copies were removed. A tier that fails is counted and skipped, as for reads."""
+        names = self.tier_keys(key)
+        removed = 0
+        for tier in self._guarded:
+            try:
+                ok, present = tier.call(partial(tier.tier.contains_many, names))
+            except CorruptEntryError:  # a key of the wrong type: delete it all the same
+                ok, present = True, [True] * len(names)
+            for name, found in zip(names, present if ok else [], strict=False):
+                if found and tier.call(partial(tier.tier.delete, name))[0]:
+                    removed += 1
+        return removed
 
     # ---- writes --------------------------------------------------------------------------------
     def save(self, key: str, tree: object) -> bool:
@@ -303,6 +320,24 @@ class TierChain:
         for tier in self._guarded:
             tier.close()
         return result
+
+
+def tier_keys_under(key: str, secrets: Sequence[bytes]) -> list[str]:
+    """The tier keys of ``key`` under each HMAC secret (``[key]`` without one): the digest part
+    keyed with a key derived from the secret, so a tier's key list reveals no image digest."""
+    return _rekeyed(key, [_key_secret(secret) for secret in secrets])
+
+
+def _key_secret(secret: bytes) -> bytes:
+    return blake3(b"visioncache/tier-key/v1\0" + secret).digest()
+
+
+def _rekeyed(key: str, key_secrets: Sequence[bytes]) -> list[str]:
+    if not key_secrets:
+        return [key]
+    prefix, _, digest = key.rpartition("/")
+    encoded = digest.encode("utf-8", "surrogatepass")
+    return [f"{prefix}/{blake3(encoded, key=secret).hexdigest()}" for secret in key_secrets]
 
 
 class WritesAtClose(NamedTuple):

@@ -7,7 +7,13 @@ Load it out of tree (the vLLM releases in `versions.SUPPORTED`)::
         "ec_connector_extra_config": {"disk_dir": "/var/cache/visioncache", "disk_max_bytes": "20GiB"}}'
 
 Keys. An entry is keyed by what the encoder is given for the item (its processed inputs, hashed
-by the scheduler: `encoder_inputs`), never by vLLM's item identifier, which a client can choose.
+by the scheduler: `encoder_inputs`), never by vLLM's item identifier, which a client can choose,
+in the item's scope (`item_store`): the deployment's namespace in its weight epoch, the content of
+a LoRA adapter that reaches the encoder (`adapters`), and the request's ``cache_salt`` as its
+tenant. The scheduler also prefixes each item's identifier with its scope's tag the first time it
+sees the item (`scheduled_items`), so vLLM's own encoder cache keeps tenants, adapters and weight
+epochs apart as well. Weight updates inside the running engine are observed where the engine
+receives them (`engine_events`) and move the namespace to a new epoch.
 
 How the two halves meet. The scheduler half (EngineCore) and the worker half share no memory, so
 the scheduler does the reading: when vLLM asks ``has_cache_item`` for an item it would otherwise
@@ -45,6 +51,7 @@ from vllm.distributed.ec_transfer.ec_connector.base import (  # isort: skip  (af
 from visioncache import CacheStats, ConfigurationError
 from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.integrations.vllm.counters import ConnectorCounters
+from visioncache.integrations.vllm.engine_events import observe_engine_core
 from visioncache.integrations.vllm.engine_stats import (
     VisionCacheECStats,
     VisionCachePromMetrics,
@@ -53,6 +60,7 @@ from visioncache.integrations.vllm.engine_stats import (
 from visioncache.integrations.vllm.item_store import ItemStore, build_chain
 from visioncache.integrations.vllm.namespace import engine_namespace
 from visioncache.integrations.vllm.scheduled_items import ScheduledItems
+from visioncache.integrations.vllm.scopes import Scopes
 from visioncache.integrations.vllm.staging import VerifiedItems
 from visioncache.integrations.vllm.worker_saves import WorkerSaves, shutdown_seconds
 
@@ -72,11 +80,12 @@ _STAGED_MAX_BYTES = 512 * 2**20
 
 @dataclass
 class VisionCacheECMetadata(ECConnectorMetadata):  # type: ignore[misc]  # vLLM is untyped for mypy
-    """One step's loads (item identifier -> verified encoder output, host memory) and the key of
-    each item the workers encode (identifier -> encoder-input digest, hex)."""
+    """One step's loads (item identifier -> verified encoder output, host memory) and where each
+    item the workers encode is saved (identifier -> (tier key, its namespace)): the scheduler's
+    keys, in the weight epoch the step was scheduled in."""
 
     loads: dict[str, torch.Tensor] = field(default_factory=dict)
-    saves: dict[str, str] = field(default_factory=dict)
+    saves: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is untyped for mypy
@@ -108,11 +117,20 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             )
         # Scheduler side: the items being scheduled, verified entries held, this step's loads and
         # the keys of what the workers encode.
-        self._items = ScheduledItems()
+        lora = getattr(vllm_config, "lora_config", None)
+        self._scopes = Scopes(
+            self.store,
+            ignore_cache_salt=self.config.ignore_cache_salt,
+            adapters_reach_the_encoder=bool(getattr(lora, "enable_tower_connector_lora", False)),
+        )
+        self._items = ScheduledItems(self._scopes.scope_of, self._scopes.prefix)
         self._staged = VerifiedItems(_STAGED_MAX_BYTES)
         self._loads: dict[str, torch.Tensor] = {}
-        self._save_keys: dict[str, str] = {}
+        self._save_keys: dict[str, tuple[str, str]] = {}
         self._unavailable: set[str] = set()
+        if role == ECConnectorRole.SCHEDULER:
+            observe_engine_core()  # weight updates and adapter loads reach `engine_event`
+            self._scopes.log_tenancy()
         # Worker side: this step's outputs to save, and where loads go.
         self._saves = WorkerSaves(self.store, self.counters)
         self._device: torch.device | None = None
@@ -124,19 +142,27 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         self._items.note_request(request, num_computed_tokens)
         return True
 
+    def _key(self, request: Request, index: int) -> tuple[str, str] | None:
+        """(tier key, namespace) of a request's item in the current epoch; None: not keyed."""
+        scope = self._items.scope(request)
+        digest = self._items.digest_of(request, index)
+        return None if scope is None or digest is None else self.store.key(digest, scope)
+
     def has_cache_item(self, identifier: str) -> bool:
         """True only once the item's verified output is in hand (held until the step's metadata)."""
         if not self.is_consumer:
             return False
-        digest = self._items.digest(identifier)
-        if digest is None:
+        located = self._items.located(identifier)
+        keyed = None if located is None else self._key(*located)
+        if keyed is None:
             return False
-        if self._staged.touch(digest.hex()):
+        key = keyed[0]
+        if self._staged.touch(key):
             return True
         started = time.perf_counter()
         try:
             expected = self._items.expected_embeds(identifier)
-            entry = self.store.load(digest, num_embeds=expected, dtype=self._dtype)
+            entry = self.store.load(key, num_embeds=expected, dtype=self._dtype)
         except Exception:  # the connector must never fail a request: a miss
             logger.exception("VisionCacheECConnector: loading %s failed; encoding it", identifier)
             entry = None
@@ -150,18 +176,18 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         count("hits", 1)
         count("seconds_saved", cost)
         count("loaded_bytes", tensor.nbytes)
-        self._staged.put(digest.hex(), tensor)
+        self._staged.put(key, tensor)
         return True
 
     def update_state_after_alloc(self, request: Request, index: int) -> None:
         identifier = request.mm_features[index].identifier
-        digest = self._items.digest_of(request, index)
-        if digest is None:
+        keyed = self._key(request, index)
+        if keyed is None:
             return  # no key: vLLM encodes it and nothing is saved
-        tensor = self._staged.pop(digest.hex())
+        tensor = self._staged.pop(keyed[0])
         if tensor is None:  # vLLM encodes this item: the workers save it under its key
             if self.is_producer:
-                self._save_keys[identifier] = digest.hex()
+                self._save_keys[identifier] = keyed
             return
         if tensor.shape[0] != request.get_num_encoder_embeds(index):
             # Unreachable while `ensure_cache_available` runs first (vLLM 0.32 calls it before
@@ -184,6 +210,13 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
     def request_finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
         self._items.finished(request.request_id)
         return False, None
+
+    def engine_event(self, event: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """An EngineCore method `engine_events` observes has run (`Scopes.observe`); after one
+        that may have changed the weights, no verified entry held is served either."""
+        if self._scopes.observe(event, args, kwargs):
+            self._staged.clear()
+            self.counters.add("weight_epochs", 1)
 
     def take_unavailable_requests(self) -> set[str]:
         unavailable, self._unavailable = self._unavailable, set()
@@ -254,9 +287,9 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         metadata = self._connector_metadata
         if not self.is_producer or not isinstance(metadata, VisionCacheECMetadata):
             return
-        key = metadata.saves.get(mm_hash)
-        if key is not None and _is_first_tensor_parallel_rank():
-            self._saves.note(key, encoder_cache[mm_hash])
+        keyed = metadata.saves.get(mm_hash)
+        if keyed is not None and _is_first_tensor_parallel_rank():
+            self._saves.note(*keyed, encoder_cache[mm_hash])
 
     def build_connector_worker_meta(self) -> WorkerCounts | None:
         """End of the step: queue its saves (`WorkerSaves.end_step`)."""

@@ -8,9 +8,10 @@ apart, and an entry stored under a client's word outlives the request: across re
 replicas, any client could name other content with it. So the connector never keys by the
 identifier. It keys by the item's processed inputs that the scheduler holds (pixel values, grid
 sizes, ...: every field, its name and kind, each tensor's dtype, shape and bytes, framed), hashed
-with blake3. Two items share a key only if the encoder would be given the same input; how the
-media was decoded and resized is inside what is hashed. A LoRA prefix of the identifier (vLLM adds
-the adapter's name when the adapter reaches the encoder) is hashed with it.
+with blake3. Two items share a digest only if the encoder would be given the same input; how the
+media was decoded and resized is inside what is hashed. What else shapes the output (the weights, a
+LoRA adapter that reaches the encoder, the tenant) is the key's scope, not part of this digest
+(`scopes`): in particular the adapter's name, which vLLM writes into the identifier, is never hashed.
 """
 
 from __future__ import annotations
@@ -26,17 +27,16 @@ from visioncache.identity import domain_key, frame
 
 __all__ = ["encoder_input_digest"]
 
-_DOMAIN = domain_key("visioncache/vllm-encoder-input/v1")
+_DOMAIN = domain_key("visioncache/vllm-encoder-input/v2")
 
 
-def encoder_input_digest(modality: str, identifier: str, mm_hash: str | None, data: Any) -> bytes | None:
+def encoder_input_digest(modality: str, data: Any) -> bytes | None:
     """The 32-byte digest of one item's encoder input; None when the scheduler does not hold it
     (its payload lives elsewhere, e.g. vLLM's shared-memory processor cache)."""
     if not isinstance(data, Mapping) or not data:
         return None
-    adapter = identifier.removesuffix(mm_hash) if mm_hash and identifier.endswith(mm_hash) else ""
     hasher = blake3(key=_DOMAIN, max_threads=blake3.AUTO)
-    hasher.update(frame(modality.encode()) + frame(adapter.encode()))
+    hasher.update(frame(modality.encode()))
     for name in sorted(data):
         element = data[name]
         tensors = getattr(element, "data", None)

@@ -34,6 +34,7 @@ COUNTERS: tuple[tuple[str, str], ...] = (
     ("tier_corrupt", "Corrupt entries found and deleted"),
     ("tier_unverified", "Entries signed under a secret this server does not accept"),
     ("tier_skipped", "Shared-tier calls skipped while a breaker was open"),
+    ("weight_epochs", "Weight updates observed: each moved the keys to a new namespace"),
 )
 _NAMES = tuple(name for name, _ in COUNTERS)
 

@@ -24,8 +24,9 @@ from visioncache.integrations.fingerprint import weights_digest as fingerprint_w
 __all__ = ["VALUE_FORMAT", "engine_namespace", "namespace_for", "weights_digest"]
 
 # Bump when the layout of a stored encoder output, or what its key digests, changes
-# (v2: keys are encoder-input digests, no longer vLLM's item identifiers).
-VALUE_FORMAT = "visioncache.vllm-ec/v2"
+# (v2: keys are encoder-input digests, no longer vLLM's item identifiers; v3: an adapter keys by its
+# content, not its name, a request by its tenant, the weights by their epoch).
+VALUE_FORMAT = "visioncache.vllm-ec/v3"
 _CONFIG_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
 
 

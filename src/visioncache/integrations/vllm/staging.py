@@ -15,7 +15,7 @@ __all__ = ["VerifiedItems"]
 
 
 class VerifiedItems:
-    """Item identifier -> verified tensor, bounded in bytes (the newest entry is always kept)."""
+    """Tier key -> verified tensor, bounded in bytes (the newest entry is always kept)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -42,3 +42,8 @@ class VerifiedItems:
         if tensor is not None:
             self.nbytes -= tensor.nbytes
         return tensor
+
+    def clear(self) -> None:
+        """Drop every held tensor (a new weight epoch: none may be served)."""
+        self._items.clear()
+        self.nbytes = 0

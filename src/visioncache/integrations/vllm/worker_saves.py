@@ -48,7 +48,7 @@ class WorkerSaves:
     def __init__(self, store: ItemStore, counters: ConnectorCounters) -> None:
         self.store = store
         self.counters = counters
-        self._pending: list[tuple[str, torch.Tensor]] = []
+        self._pending: list[tuple[str, str, torch.Tensor]] = []
         self._started: float | None = None
         self.queued = 0  # handed to the writer
         self.dropped_full = 0  # not queued: the writer's byte budget was full
@@ -56,8 +56,9 @@ class WorkerSaves:
     def start_step(self) -> None:
         self._started = time.perf_counter()
 
-    def note(self, key: str, output: torch.Tensor) -> None:
-        self._pending.append((key, output))
+    def note(self, key: str, namespace: str, output: torch.Tensor) -> None:
+        """Save ``output`` under the tier ``key`` (of ``namespace``) at the end of the step."""
+        self._pending.append((key, namespace, output))
 
     def end_step(self) -> WorkerCounts | None:
         """Queue this step's outputs (each costed at its share of the encoder phase)."""
@@ -67,8 +68,8 @@ class WorkerSaves:
         elapsed = time.perf_counter() - self._started if self._started is not None else 0.0
         cost = elapsed / len(saves)
         counts = WorkerCounts(encoded_items=len(saves), encode_seconds=elapsed)
-        for key, tensor in saves:
-            if self.store.save(bytes.fromhex(key), tensor, cost):
+        for key, namespace, tensor in saves:
+            if self.store.save(key, namespace, tensor, cost):
                 counts.saves += 1
                 counts.saved_bytes += tensor.nbytes
             else:

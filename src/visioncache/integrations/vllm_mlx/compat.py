@@ -87,17 +87,19 @@ def import_batch_generator_module() -> ModuleType:
 
 
 def import_scheduler_module() -> ModuleType:
-    """``vllm_mlx.mllm_scheduler`` after checking the version and its seam (the scheduler is built
-    at server start with the loaded model and processor)."""
+    """``vllm_mlx.mllm_scheduler`` after checking the version and its seams (the scheduler is built
+    at server start with the loaded model and processor; ``add_request`` returns the id of a
+    request, in the handling of the HTTP request that made it)."""
     version = _check_version()
     module = importlib.import_module("vllm_mlx.mllm_scheduler")
     scheduler = getattr(module, "MLLMScheduler", None)
-    init = inspect.getattr_static(scheduler, "__init__", None) if scheduler is not None else None
-    if init is None or not {"model", "processor"} <= set(inspect.signature(init).parameters):
-        raise ConfigurationError(
-            f"vllm-mlx {version} does not have the code this integration patches "
-            "(MLLMScheduler.__init__(model, processor, ...)); nothing was patched"
-        )
+    for name, parameters in (("__init__", {"model", "processor"}), ("add_request", {"prompt", "images"})):
+        method = inspect.getattr_static(scheduler, name, None) if scheduler is not None else None
+        if method is None or not parameters <= set(inspect.signature(method).parameters):
+            raise ConfigurationError(
+                f"vllm-mlx {version} does not have the code this integration patches "
+                f"(MLLMScheduler.{name}({', '.join(sorted(parameters))}, ...)); nothing was patched"
+            )
     return module
 
 

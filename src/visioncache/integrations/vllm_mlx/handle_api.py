@@ -6,6 +6,8 @@
   each image's bytes, encodes it ahead of use (once the engine has started), and answers
   ``{"object": "list", "data": [{"object": "visioncache.image", "handle": "visioncache://...",
   "bytes": n, "encoded": true}]}``. It takes vllm-mlx's own API-key check.
+- ``DELETE /v1/visioncache/images/{handle}`` forgets the image for the caller's tenant: its
+  features, KV prefixes and kept bytes (`forget`); 404 for a handle the tenant was not given.
 - Every other JSON POST whose body names a handle where an image goes (``url``, ``image_url`` or
   ``image``) is checked before vllm-mlx sees it: its API key first (vllm-mlx's check, so nothing
   is learned without it), then each handle: 400 malformed, 404 unknown (forged, guessed,
@@ -25,6 +27,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from visioncache import ConfigurationError
+from visioncache.integrations.vllm_mlx.forget import forget_image
 from visioncache.integrations.vllm_mlx.handle_codec import HandleError, is_handle
 from visioncache.integrations.vllm_mlx.uploads import UPLOAD_PATH, UploadError, read_upload, upload
 
@@ -57,12 +60,19 @@ def mount(app: Any, installation: Any) -> None:
         except (UploadError, HandleError) as error:
             return JSONResponse(error_body(error), status_code=error.status)
 
+    async def delete_image(handle: str) -> JSONResponse:
+        try:
+            return JSONResponse(forget_image(installation, handle))
+        except HandleError as error:
+            return JSONResponse(error_body(error), status_code=error.status)
+
     # FastAPI reads the annotations; under postponed evaluation they are strings naming local imports.
     upload_images.__annotations__ = {"request": Request, "return": JSONResponse}
+    delete_image.__annotations__ = {"handle": str, "return": JSONResponse}
 
-    app.add_api_route(
-        UPLOAD_PATH, upload_images, methods=["POST"], dependencies=[Depends(server.verify_api_key)]
-    )
+    checked = [Depends(server.verify_api_key)]  # the tenants' check where they are configured
+    app.add_api_route(UPLOAD_PATH, upload_images, methods=["POST"], dependencies=checked)
+    app.add_api_route(UPLOAD_PATH + "/{handle:path}", delete_image, methods=["DELETE"], dependencies=checked)
     app.add_middleware(HandleMiddleware, installation=installation)
 
 
@@ -118,12 +128,14 @@ class HandleMiddleware:
         from starlette.requests import Request
         from starlette.responses import JSONResponse
 
-        denied = await _authorization_error(Request(scope))
+        denied = await _authorization_error(Request(scope), self.installation.verify_api_key)
         if denied is not None:
             await denied(scope, replay, send)
             return
-        handles = self.installation.handles
-        engines = [state.cache for state in self.installation.engines.values()]
+        installation = self.installation
+        tenant = installation.request_tenant()
+        handles = installation.handles_for(tenant)
+        engines = [installation.tenant_state(state, tenant).cache for state in installation.engines.values()]
         with ExitStack() as held:
             try:
                 held.enter_context(handles.held([handles.digest(url) for url in urls], engines))
@@ -139,14 +151,15 @@ def _is_json(scope: Any) -> bool:
     return content_type is None or b"json" in content_type.lower()
 
 
-async def _authorization_error(request: Any) -> Any:
-    """vllm-mlx's own API-key check, as its routes run it: None, or the response it gives."""
+async def _authorization_error(request: Any, verify: Any = None) -> Any:
+    """The server's API-key check, as its routes run it (vllm-mlx's own, or ``verify``: the
+    tenants' keys): None, or the response it gives."""
     from fastapi import HTTPException
     from starlette.responses import JSONResponse
     from vllm_mlx import server
 
     try:
-        await server.verify_api_key(await server.security(request))
+        await (verify or server.verify_api_key)(await server.security(request))
     except HTTPException as error:
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
     return None

@@ -15,6 +15,7 @@ as missing: a damaged or tampered tier can make a handle expire, never mean anot
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
@@ -68,6 +69,14 @@ class Handles:
             max_embedding_bytes=max_bytes,
             tiers=tiers,
         )
+
+    def for_tenant(self, salt: str | None) -> Handles:
+        """Another tenant's handles: sealed and kept under ``salt``, in the same kept-bytes cache
+        (one memory budget) and counters."""
+        view = copy.copy(self)
+        view.codec = HandleCodec(salt)
+        view.kept = self.kept.with_salt(salt)
+        return view
 
     # ---- issuing -------------------------------------------------------------------------------
     def issue(self, images: Sequence[bytes]) -> list[tuple[str, bytes]]:

@@ -24,7 +24,8 @@ Patched (version-checked first, applied together; the replacements are in `patch
 - ``MLLMBatchGenerator.get_vision_cache_stats``: the cache's stats plus `EngineStats` (and the
   image handles' counters, `HandleStats`).
 - ``is_text_only_prefix_cache_request`` (module function): True also for prepared image requests,
-  selecting their image-aware key (`select_request`).
+  selecting their image-aware key (`select_request`), and the request's tenant for every key.
+- ``MLLMScheduler.add_request``: after vllm-mlx's own, notes the new request's tenant (`tenants`).
 
 Image handles (`handles`) add nothing here: the engine meets them in `prepare_step`, and their
 HTTP side is a route and an ASGI middleware that `serve` adds to vllm-mlx's FastAPI app
@@ -33,14 +34,17 @@ HTTP side is a route and an ASGI middleware that `serve` adds to vllm-mlx's Fast
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import os
 import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from visioncache import ConfigurationError
+from visioncache import ConfigurationError, forking
 from visioncache.integrations.mlx_vlm import Model, Processor
 from visioncache.integrations.mlx_vlm.families import check_family, family_for
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module, import_scheduler_module
@@ -55,6 +59,7 @@ from visioncache.integrations.vllm_mlx.patches import (
 from visioncache.integrations.vllm_mlx.prefix_cache import ImageAwarePrefixCache
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings
 from visioncache.integrations.vllm_mlx.step import EngineState
+from visioncache.integrations.vllm_mlx.tenants import NO_TENANT, current, warn_if_shared
 
 __all__ = ["Installation", "install", "installed"]
 
@@ -63,6 +68,8 @@ logger = logging.getLogger(__name__)
 # `forking.lock()`s taken across a fork: a child gets them fresh instead (`_renew_locks_in_child`).
 _lock = threading.Lock()
 _installed: Installation | None = None
+_TENANT_ATTRIBUTE = "_visioncache_tenant"  # set on vllm-mlx's MLLMBatchRequest: its tenant's secret
+_MAX_NOTED = 65536  # request ids noted with their tenant and not yet scheduled (aborted ones age out)
 
 
 class Installation:
@@ -76,6 +83,14 @@ class Installation:
         self.handles = (
             Handles(settings.salt, settings.tiers, settings.max_handle_bytes) if settings.handles else None
         )
+        self.tenants = settings.tenant_keys()  # None: one tenant (settings.salt) or none
+        warn_if_shared(settings.tiers.configured, self.tenants, settings.salt)
+        self.prefix_caches: list[ImageAwarePrefixCache] = []  # every generator's, for a purge
+        self.verify_api_key: Any = None  # the API-key check of the server's routes (None: vllm-mlx's)
+        self._noted: OrderedDict[str, str | None] = OrderedDict()
+        self._noted_lock = forking.lock()  # a leaf: only the notes' own operations run under it
+        self._tenant_states: dict[tuple[str, str | None], EngineState] = {}
+        self._tenant_handles: dict[str | None, Handles] = {}
         self._module = module
         self._scheduler_module = scheduler_module
         generator_class, scheduler_class = module.MLLMBatchGenerator, scheduler_module.MLLMScheduler
@@ -121,8 +136,66 @@ class Installation:
         generator.vision_cache = state.cache
         if generator.prefix_cache is not None and state.kv_reuse:
             generator.prefix_cache = ImageAwarePrefixCache(generator.prefix_cache, state.stats, state.salt)
+            self.prefix_caches.append(generator.prefix_cache)
         generator._visioncache_state = state
         return state
+
+    # ---- tenants (`tenants`) ---------------------------------------------------------------------
+    def request_tenant(self) -> str | None:
+        """The tenant secret of the HTTP request being handled (the salt: one tenant)."""
+        if self.tenants is None:
+            return self.settings.salt
+        tenant = current.get()
+        return None if tenant is NO_TENANT else tenant  # type: ignore[return-value]
+
+    def note_request(self, request_id: str) -> None:
+        """vllm-mlx made ``request_id`` in the current HTTP request's handling: remember its tenant."""
+        if self.tenants is not None:
+            tenant = self.request_tenant()
+            with self._noted_lock:
+                self._noted[request_id] = tenant
+                while len(self._noted) > _MAX_NOTED:
+                    self._noted.popitem(last=False)
+
+    def tenant_of(self, request: Any) -> str | None:
+        """The tenant secret of one of vllm-mlx's batch requests (kept on it from its first step)."""
+        if self.tenants is None:
+            return self.settings.salt
+        if not hasattr(request, _TENANT_ATTRIBUTE):
+            with self._noted_lock:
+                noted = self._noted.pop(request.request_id, None)
+            setattr(request, _TENANT_ATTRIBUTE, noted)
+        tenant: str | None = getattr(request, _TENANT_ATTRIBUTE)
+        return tenant
+
+    def by_tenant(self, requests: Sequence[Any]) -> dict[str | None, list[Any]]:
+        """A step's requests grouped by tenant, in order."""
+        groups: dict[str | None, list[Any]] = {}
+        for request in requests:
+            groups.setdefault(self.tenant_of(request), []).append(request)
+        return groups
+
+    def tenant_state(self, state: EngineState, tenant: str | None) -> EngineState:
+        """``state`` as ``tenant`` sees it: its cache view and handles, the same counters."""
+        if tenant == state.salt:
+            return state
+        key = (state.cache.namespace, tenant)
+        view = self._tenant_states.get(key)
+        if view is None:
+            view = dataclasses.replace(
+                state, cache=state.cache.with_salt(tenant), salt=tenant, handles=self.handles_for(tenant)
+            )
+            self._tenant_states[key] = view
+        return view
+
+    def handles_for(self, tenant: str | None) -> Handles | None:
+        """The image handles of ``tenant`` (sealed and kept under its secret); None: handles off."""
+        if self.handles is None or tenant == self.settings.salt:
+            return self.handles
+        handles = self._tenant_handles.get(tenant)
+        if handles is None:
+            handles = self._tenant_handles[tenant] = self.handles.for_tenant(tenant)
+        return handles
 
     def uninstall(self) -> None:
         """Restore vllm-mlx's methods (generators built meanwhile keep their caches)."""

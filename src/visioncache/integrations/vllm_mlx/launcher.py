@@ -25,6 +25,7 @@ from visioncache.integrations.vllm_mlx.compat import import_batch_generator_modu
 from visioncache.integrations.vllm_mlx.handle_api import mount
 from visioncache.integrations.vllm_mlx.install import install
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings, add_arguments, weights_identity
+from visioncache.integrations.vllm_mlx.tenants import mount as mount_tenants
 
 __all__ = ["build_parser", "serve"]
 
@@ -109,12 +110,19 @@ def serve(argv: Sequence[str]) -> int:
     args = cli.create_parser().parse_args(["serve", *rest])
     _check_serve_args(args)
     settings = VisionCacheSettings.from_args(ours, model_path=args.model)
+    if (settings.tenants_file or settings.tenants_env) and getattr(args, "api_key", None):
+        raise ConfigurationError(
+            "--api-key and tenants by API key (--vision-cache-tenants-file/-env) exclude each other: "
+            "the tenants' keys are the server's keys"
+        )
     weights_identity(settings)  # read the weights now: a bad path fails here, not on a request
     installation = install(settings)
-    if installation.handles is not None:
-        from vllm_mlx import server
+    from vllm_mlx import server
 
-        mount(server.app, installation)  # the upload route and the handle check, before it starts
+    if installation.handles is not None:
+        mount(server.app, installation)  # the upload and delete routes and the handle check
+    if installation.tenants is not None:
+        mount_tenants(server.app, installation)  # last: the outermost middleware
     try:
         cli.serve_command(args)
     except KeyboardInterrupt:

@@ -32,7 +32,7 @@ GENERATOR_METHODS = (
     "_language_model_kwargs",
     "get_vision_cache_stats",
 )
-SCHEDULER_METHODS = ("__init__",)
+SCHEDULER_METHODS = ("__init__", "add_request")
 GUARD = PATCHED_FUNCTION
 
 
@@ -57,6 +57,7 @@ def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, 
     stock_kwargs = originals["_language_model_kwargs"].__func__
     stock_guard = installation.original_guard
     scheduler_init = installation.scheduler_originals["__init__"]
+    scheduler_add_request = installation.scheduler_originals["add_request"]
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
@@ -68,7 +69,9 @@ def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, 
             return process(self, requests)
         step = list(requests)  # vllm-mlx removes failed requests from `requests`
         chunked = hasattr(self, "_chunked_prefill_budget")  # its prefill path keys by token ids only
-        prepare_step(state, step, kv_reuse=state.kv_reuse and self.prefix_cache is not None and not chunked)
+        kv_reuse = state.kv_reuse and self.prefix_cache is not None and not chunked
+        for tenant, group in installation.by_tenant(step).items():  # each tenant its own keys
+            prepare_step(installation.tenant_state(state, tenant), group, kv_reuse=kv_reuse)
         try:
             return process(self, requests)
         finally:
@@ -116,12 +119,17 @@ def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, 
     def is_text_only_prefix_cache_request(request: Any) -> bool:
         prepared = _prepared(request)
         key = prepared.prefix_key if prepared is not None else None
-        select_request(key)
+        select_request(key, installation.tenant_of(request))
         return True if key is not None else bool(stock_guard(request))
 
     def scheduler_init_checked(self: Any, *args: Any, **kwargs: Any) -> None:
         scheduler_init(self, *args, **kwargs)
         installation.engine(self.model, self.processor)  # refuses the model now, at server start
+
+    def add_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        request_id = scheduler_add_request(self, *args, **kwargs)
+        installation.note_request(request_id)  # in the HTTP request's handling: its tenant
+        return request_id
 
     generator = {
         "__init__": __init__,
@@ -132,4 +140,4 @@ def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, 
         "get_vision_cache_stats": get_vision_cache_stats,
         GUARD: is_text_only_prefix_cache_request,
     }
-    return generator, {"__init__": scheduler_init_checked}
+    return generator, {"__init__": scheduler_init_checked, "add_request": add_request}

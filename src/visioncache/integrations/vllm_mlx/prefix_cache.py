@@ -23,9 +23,18 @@ __all__ = ["ImageAwarePrefixCache", "select_request"]
 _selection = threading.local()  # the scheduler thread's selected PrefixKey (or None)
 
 
-def select_request(prefix_key: PrefixKey | None) -> None:
-    """Make ``prefix_key`` the key of the next lookups and stores on this thread (None: token ids)."""
+class _OwnSalt:
+    """No tenant selected: a wrapper keys text by its own salt."""
+
+
+_OWN_SALT = _OwnSalt()
+
+
+def select_request(prefix_key: PrefixKey | None, salt: str | bytes | _OwnSalt | None = _OWN_SALT) -> None:
+    """Make ``prefix_key`` the key of the next lookups and stores on this thread (None: token ids,
+    keyed for the request's tenant ``salt``, a str, bytes or None)."""
     _selection.key = prefix_key
+    _selection.salt = salt
 
 
 def _selected() -> PrefixKey | None:
@@ -53,7 +62,8 @@ class ImageAwarePrefixCache:
         (ids that are not the selected request's: answer as a miss)."""
         selected = _selected()
         if selected is None:
-            return list(tenant_key(tokens, self._salt))
+            salt = getattr(_selection, "salt", _OWN_SALT)
+            return list(tenant_key(tokens, self._salt if isinstance(salt, _OwnSalt) else salt))
         count = len(tokens)
         if count > len(selected.token_ids) or tuple(tokens) != selected.token_ids[:count]:
             return None

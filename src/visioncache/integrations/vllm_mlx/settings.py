@@ -19,6 +19,7 @@ from typing import Any
 from visioncache import ConfigurationError, VisionEmbeddingCache
 from visioncache.integrations.fingerprint import weights_digest
 from visioncache.integrations.mlx_vlm import cache_namespace
+from visioncache.integrations.vllm_mlx.tenants import TenantKeys
 from visioncache.tiers import TierSettings
 from visioncache.trees import parse_byte_size
 
@@ -34,6 +35,8 @@ class VisionCacheSettings:
     ``model_id`` names the weights (e.g. ``org/name@revision``); when it is None the weights are
     identified by a blake3 digest of ``model_path``'s weight files (read once at start-up).
     ``tiers``: the shared tiers (`visioncache.tiers.TierSettings`; none by default).
+    ``tenants_file`` / ``tenants_env``: the API key -> tenant secret map (`tenants`), from a file
+    or an environment variable; ``salt`` is the one-tenant case (not both).
     """
 
     model_path: str | None = None
@@ -46,6 +49,8 @@ class VisionCacheSettings:
     kv_reuse: bool = True
     handles: bool = True  # image handles: POST /v1/visioncache/images, visioncache:// image URLs
     max_handle_bytes: str = "512MiB"  # memory budget of the images' bytes kept for their handles
+    tenants_file: str | None = None
+    tenants_env: str | None = None
     tiers: TierSettings = field(default_factory=TierSettings)
 
     def __post_init__(self) -> None:
@@ -53,6 +58,12 @@ class VisionCacheSettings:
             raise ConfigurationError("name the model's weights: give model_path (a directory) or model_id")
         for name in ("max_embedding_bytes", "max_pixel_bytes", "max_handle_bytes"):
             parse_byte_size(getattr(self, name), name=name)  # a bad size fails here, at start-up
+        given = [name for name in ("salt", "tenants_file", "tenants_env") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ConfigurationError(
+                f"give one of salt (one tenant), tenants_file and tenants_env (tenants by API key), "
+                f"not {given}"
+            )
 
     @classmethod
     def from_options(cls, **options: Any) -> VisionCacheSettings:
@@ -84,6 +95,14 @@ class VisionCacheSettings:
                     "unset or empty"
                 )
         return cls(model_path=model_path, tiers=TierSettings.from_args(args), **values)
+
+    def tenant_keys(self) -> TenantKeys | None:
+        """The API key -> tenant secret map, read now (None: one tenant, or none)."""
+        if self.tenants_file is not None:
+            return TenantKeys.from_file(self.tenants_file)
+        if self.tenants_env is not None:
+            return TenantKeys.from_env(self.tenants_env)
+        return None
 
     def namespace(self, model: Any, processor: Any) -> str:
         """The cache namespace: weights (see `weights_identity`) + model configuration + processor."""
@@ -138,6 +157,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         flag + "salt-env", help="environment variable holding the tenant secret (--vision-cache-salt)"
+    )
+    group.add_argument(
+        flag + "tenants-file",
+        help='tenants by API key: a JSON file {"<api key>": "<tenant secret>", ...} (the keys replace '
+        "--api-key)",
+    )
+    group.add_argument(
+        flag + "tenants-env", help="environment variable holding that JSON (--vision-cache-tenants-file)"
     )
     group.add_argument(flag + "max-embedding-entries", type=int, default=defaults.max_embedding_entries)
     group.add_argument(flag + "max-embedding-bytes", default=defaults.max_embedding_bytes, help="e.g. 4GiB")

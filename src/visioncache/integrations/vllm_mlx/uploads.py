@@ -117,17 +117,19 @@ def _check_loads(images: list[bytes]) -> None:
 
 
 def upload(installation: Any, images: list[bytes], *, encode: bool) -> dict[str, Any]:
-    """Issue handles for ``images`` (encoding them first when asked and the engine has started)."""
+    """Issue handles for ``images`` under the caller's tenant (encoding them first when asked and
+    the engine has started)."""
+    tenant = installation.request_tenant()
     engines = list(installation.engines.values())
     encoded = encode and len(engines) == 1
     if encoded:
         try:
-            encode_now(engines[0], images)
+            encode_now(installation.tenant_state(engines[0], tenant), images)
         except Exception as error:  # the image's own error: it cannot be read or encoded
             raise UploadError(f"the images could not be encoded: {error}") from None
     else:
         _check_loads(images)
-    issued = installation.handles.issue(images)
+    issued = installation.handles_for(tenant).issue(images)
     return {
         "object": "list",
         "data": [
