@@ -105,6 +105,20 @@ class Family(ABC):
         """What a chat template writes for one image: the placeholder and any tokens around it."""
         return self.placeholder(processor)
 
+    def check_prompt(self, processor: Processor, prompt: str, images: int) -> None:
+        """PlaceholderMismatchError where the family cannot serve ``prompt`` with ``images``
+        images (checked before anything is encoded): by default, one placeholder per image."""
+        token = self.placeholder(processor)
+        if prompt.count(token) != images:
+            raise PlaceholderMismatchError(
+                f"the prompt holds {prompt.count(token)} image placeholder(s) {token!r} "
+                f"but {images} image(s) were given"
+            )
+
+    def probe_prompt(self, marker: str) -> str:
+        """The self-check's prompt around ``marker`` (one image each): two images by default."""
+        return f"describe {marker} and {marker} please"
+
     def expand_prompts(
         self, processor: Processor, prompts: Sequence[str], layouts: Sequence[Mapping[str, Any]]
     ) -> list[str]:
@@ -188,6 +202,12 @@ class Family(ABC):
         return True
 
     # ---- 4. what the model is fed -------------------------------------------------------------
+    def uncached_inputs(self, processor: Processor, images: Sequence[Any], prompt: str) -> dict[str, Any]:
+        """mlx-vlm's own inputs for one prompt without the cache (``mlx_vlm.utils.prepare_inputs``),
+        what the self-check's reference forward takes."""
+        utils = import_mlx_vlm_utils()
+        return dict(utils.prepare_inputs(processor, images=list(images), prompts=[prompt]))
+
     def uncached_forward(self, model: Model, inputs: Mapping[str, Any]) -> Any:
         """The model's own forward on ``mlx_vlm.utils.prepare_inputs`` output, as mlx-vlm's
         ``generate`` and vllm-mlx run it (what the self-check compares `forward` with)."""
