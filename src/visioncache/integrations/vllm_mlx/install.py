@@ -51,7 +51,7 @@ from typing import Any
 
 from visioncache import ConfigurationError, forking
 from visioncache.integrations.mlx_vlm import Model, Processor
-from visioncache.integrations.mlx_vlm.families import check_family, family_for
+from visioncache.integrations.mlx_vlm.families import Exactness, Family, check_family, family_for
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module, import_scheduler_module
 from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics, register_handle_metrics
@@ -120,8 +120,13 @@ class Installation:
         except ConfigurationError as error:
             if self.settings.refuse_unsupported:
                 raise
-            self._left_to_stock(model, error)
-            return None
+            reason = str(error)  # not the error: its traceback holds the caller's frames
+        else:
+            return self._build(model, processor, family, exactness)
+        self._left_to_stock(model, reason)
+        return None
+
+    def _build(self, model: Model, processor: Processor, family: Family, exactness: Exactness) -> EngineState:
         namespace = self.settings.namespace(model, processor)
         kv_reuse = self.settings.kv_reuse and exactness.split_prefill
         if self.settings.kv_reuse and not kv_reuse:
@@ -141,7 +146,7 @@ class Installation:
                     register_handle_metrics(self.handles.stats)
         return state
 
-    def _left_to_stock(self, model: Model, error: ConfigurationError) -> None:
+    def _left_to_stock(self, model: Model, reason: str) -> None:
         """Warn, once per model, that vllm-mlx's own code serves it."""
         key = id(model)
         with self._engines_lock:
@@ -151,7 +156,7 @@ class Installation:
         with contextlib.suppress(TypeError):  # not weakly referenceable: its id stays marked
             weakref.finalize(model, self._stock_models.discard, key)
         logger.warning(
-            "visioncache: not used for this model, vllm-mlx serves it with its own code: %s", error
+            "visioncache: not used for this model, vllm-mlx serves it with its own code: %s", reason
         )
 
     def attach(self, generator: Any) -> EngineState | None:
