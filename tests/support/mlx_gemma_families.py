@@ -3,8 +3,15 @@
 - **Gemma 4**, as E2B/E4B: a sliding-window and a global layer (a 512-token window), per-layer
   inputs, image tokens attending each other both ways (``use_bidirectional_attention="vision"``),
   a tower pooled 2 x 2 whose soft-token count per image follows its aspect ratio (at most 16).
-- **Gemma 3**: refused by visioncache serve-mlx (stock vllm-mlx fails its image requests); the
-  tests use it to check the refusal.
+- **Gemma 3**, as gemma-3-4b-it: five sliding-window layers (a 1024-token window) and a global
+  one, a SigLIP tower at 896 px in 14 px patches pooled to 256 soft tokens per image, Gemma 3's
+  processor and template (pan-and-scan off, as released).
+- **PaliGemma**, as paligemma-3b-mix-224: a SigLIP tower at 224 px in 14 px patches (256 image
+  tokens), a gemma language model attending the whole prompt both ways; a chat template of its
+  processor's layout (the checkpoints ship none).
+
+Stock vllm-mlx 0.6.0 fails every image request of both (tests/integrations/vllm_mlx/
+test_vllm_mlx_beyond_stock.py records how); Gemma 4 it serves.
 """
 
 from __future__ import annotations
@@ -140,14 +147,15 @@ def _paligemma_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
     }
 
 
-# PaliGemma checkpoints ship no chat template; this one writes a chat as the processor expects a
-# prompt: the images' <image> markers, then the text, one line per message.
+# PaliGemma checkpoints ship no chat template; this one writes a chat in the layout its processor
+# gives a prompt: the images' <image> markers first, then the text, one line per message.
 _PALIGEMMA_TEMPLATE = (
+    "{% for message in messages %}{% if message['content'] is not string %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'image' or 'image_url' in item %}"
+    "{{ '<image>' }}{% endif %}{% endfor %}{% endif %}{% endfor %}"
     "{% for message in messages %}{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for item in message['content'] %}"
-    "{% if item['type'] == 'image' or 'image_url' in item %}{{ '<image>' }}"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "{{ '\\n' }}{% endfor %}"
+    "{% else %}{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}"
 )
 
 

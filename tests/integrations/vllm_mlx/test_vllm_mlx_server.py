@@ -41,6 +41,7 @@ class Recording:
     def __init__(self, server: ServerProcess) -> None:
         self.server = server
         self._towers, self._tokens = len(server.records("tower")), len(server.records("token"))
+        self.requests = len(server.records("request"))  # the request records before it began
 
     def towers(self) -> list[int]:
         return [entry["images"] for entry in self.server.records("tower")[self._towers :]]
