@@ -33,10 +33,13 @@ def decode_image(url: str) -> Image.Image:
 class Oracle:
     """A model directory loaded by mlx-vlm, generating one request at a time."""
 
-    def __init__(self, model_dir: str) -> None:
-        from mlx_vlm import load
+    def __init__(self, model_dir: str | None = None, *, loaded: tuple[Any, Any] | None = None) -> None:
+        """The model in ``model_dir``, or an already ``loaded`` (model, processor)."""
+        if loaded is None:
+            from mlx_vlm import load
 
-        self.model, self.processor = load(model_dir)
+            loaded = load(model_dir)
+        self.model, self.processor = loaded
 
     def inputs(self, prompt: str, images: Sequence[Image.Image]) -> dict[str, Any]:
         from mlx_vlm.utils import prepare_inputs
@@ -59,10 +62,18 @@ class Oracle:
     ) -> list[dict[str, Any]]:
         """mlx-vlm's greedy tokens for the request, each with its top log-probs, as
         ``{"token": id, "top": [[id, logprob], ...]}``."""
+        inputs = self.inputs(prompt, [decode_image(url) for url in image_urls])
+        return self.generate(inputs, max_tokens, logit_bias)
+
+    def generate(
+        self, inputs: Mapping[str, Any], max_tokens: int, logit_bias: Mapping[str, float] | None = None
+    ) -> list[dict[str, Any]]:
+        """mlx-vlm's ``stream_generate`` on ``inputs`` (``input_ids``, ``pixel_values``,
+        ``attention_mask`` and the model's other inputs): its tokens with their top log-probs."""
         import mlx.core as mx
         from mlx_vlm.generate import stream_generate
 
-        inputs = self.inputs(prompt, [decode_image(url) for url in image_urls])
+        inputs = dict(inputs)
         input_ids, pixel_values = inputs.pop("input_ids"), inputs.pop("pixel_values", None)
         mask = inputs.pop("attention_mask", None)
         bias = {int(token): float(value) for token, value in (logit_bias or {}).items()}

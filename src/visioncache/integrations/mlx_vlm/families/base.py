@@ -119,17 +119,23 @@ class Family(ABC):
         """The self-check's prompt around ``marker`` (one image each): two images by default."""
         return f"describe {marker} and {marker} please"
 
+    def check_prompts(self, processor: Processor, prompts: Sequence[str], images: int) -> None:
+        """`check_prompt` for a batch of prompts taking ``images`` images in all, in order."""
+        token = self.placeholder(processor)
+        for prompt in prompts:
+            self.check_prompt(processor, prompt, prompt.count(token))
+        found = sum(prompt.count(token) for prompt in prompts)
+        if found != images:
+            raise PlaceholderMismatchError(
+                f"the prompts hold {found} image placeholder(s) {token!r} but {images} image(s) were given"
+            )
+
     def expand_prompts(
         self, processor: Processor, prompts: Sequence[str], layouts: Sequence[Mapping[str, Any]]
     ) -> list[str]:
         """Replace the n-th placeholder (over all prompts, in order) by the n-th image's text."""
         token = self.placeholder(processor)
-        found = sum(prompt.count(token) for prompt in prompts)
-        if found != len(layouts):
-            raise PlaceholderMismatchError(
-                f"the prompts hold {found} image placeholder(s) {token!r} "
-                f"but {len(layouts)} image(s) were given"
-            )
+        self.check_prompts(processor, prompts, len(layouts))
         texts = iter([self.image_text(processor, layout) for layout in layouts])
         expanded = []
         for prompt in prompts:

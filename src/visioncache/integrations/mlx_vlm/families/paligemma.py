@@ -83,8 +83,6 @@ class PaliGemma(ScatteredFeatures):
         self, processor: Processor, prompts: Sequence[str], layouts: Sequence[Mapping[str, Any]]
     ) -> list[str]:
         token = self.placeholder(processor)
-        for prompt in prompts:
-            self.check_prompt(processor, prompt, prompt.count(token))
         bos: str = getattr(processor.tokenizer, "bos_token")  # noqa: B009
         expanded = []
         # PaliGemmaProcessor: <bos> after the last image token, a newline at the end.
