@@ -8,7 +8,9 @@ import base64
 import inspect
 import io
 import json
+import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from importlib import metadata
@@ -345,10 +347,23 @@ def test_regression_embedded_an_unrecognised_model_builds_as_stock_with_one_warn
     model = _FakeModel()
     stock = scheduler_module.MLLMScheduler(model=model, processor=_FakeProcessor())
     install(model_id="m")
-    with caplog.at_level("WARNING", logger="visioncache.integrations.vllm_mlx.install"):
-        schedulers = [
-            scheduler_module.MLLMScheduler(model=model, processor=_FakeProcessor()) for _ in range(2)
-        ]
+    schedulers: list[Any] = []
+
+    def build() -> None:
+        schedulers.append(scheduler_module.MLLMScheduler(model=model, processor=_FakeProcessor()))
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # built by 8 threads at once: still one warning
+    try:
+        with caplog.at_level("WARNING", logger="visioncache.integrations.vllm_mlx.install"):
+            threads = [threading.Thread(target=build) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(previous)
+    assert len(schedulers) == len(threads)
     warnings = [
         record for record in caplog.records if "vllm-mlx serves it with its own code" in record.message
     ]
