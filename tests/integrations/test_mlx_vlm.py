@@ -336,11 +336,11 @@ def test_namespace_check_is_structural_not_a_substring_test() -> None:
 
 def test_unsupported_family_and_processor_raise_configuration_error() -> None:
     processor = build_random_processor("qwen2_vl")
-    gemma3 = SimpleNamespace(config=SimpleNamespace(model_type="gemma3"))
-    with pytest.raises(ConfigurationError, match="gemma3"):
-        mlx_vlm.cache_namespace("m", processor, gemma3)
-    with pytest.raises(ConfigurationError, match="gemma3"):
-        mlx_vlm.image_feature_encoder(gemma3, processor, VisionEmbeddingCache())
+    florence2 = SimpleNamespace(config=SimpleNamespace(model_type="florence2"))
+    with pytest.raises(ConfigurationError, match="florence2"):
+        mlx_vlm.cache_namespace("m", processor, florence2)
+    with pytest.raises(ConfigurationError, match="florence2"):
+        mlx_vlm.image_feature_encoder(florence2, processor, VisionEmbeddingCache())
     with pytest.raises(ConfigurationError, match="not supported"):
         mlx_vlm.cache_namespace("m", SimpleNamespace(image_processor=processor.image_processor))
 

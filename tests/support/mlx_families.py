@@ -19,6 +19,7 @@ from typing import Any
 
 from tests.support.mlx_gemma_families import GEMMA_FAMILIES
 from tests.support.mlx_idefics3_families import IDEFICS3_FAMILIES
+from tests.support.mlx_llava_families import LLAVA_FAMILIES
 from tests.support.mlx_tiny_family import TINY_TEXT, TinyFamily
 from visioncache.bench.vocabulary import WORDS
 from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
@@ -169,6 +170,7 @@ TINY_FAMILIES: dict[str, TinyFamily] = {
     ),
     **IDEFICS3_FAMILIES,
     **GEMMA_FAMILIES,
+    **LLAVA_FAMILIES,
 }
 
 

@@ -3,8 +3,15 @@
 - **Gemma 4**, as E2B/E4B: a sliding-window and a global layer (a 512-token window), per-layer
   inputs, image tokens attending each other both ways (``use_bidirectional_attention="vision"``),
   a tower pooled 2 x 2 whose soft-token count per image follows its aspect ratio (at most 16).
-- **Gemma 3**: refused by visioncache serve-mlx (stock vllm-mlx fails its image requests); the
-  tests use it to check the refusal.
+- **Gemma 3**, as gemma-3-4b-it: five sliding-window layers (a 1024-token window) and a global
+  one, a SigLIP tower at 896 px in 14 px patches pooled to 256 soft tokens per image, Gemma 3's
+  processor and template (pan-and-scan off, as released).
+- **PaliGemma**, as paligemma-3b-mix-224: a SigLIP tower at 224 px in 14 px patches (256 image
+  tokens), a gemma language model attending the whole prompt both ways; a chat template of its
+  processor's layout (the checkpoints ship none).
+
+Stock vllm-mlx 0.6.0 fails every image request of both (tests/integrations/vllm_mlx/
+test_vllm_mlx_beyond_stock.py records how); Gemma 4 it serves.
 """
 
 from __future__ import annotations
@@ -41,23 +48,32 @@ _GEMMA3_TOKENS = (
 
 
 def _gemma3_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
+    """Gemma 3 as gemma-3-4b-it: five sliding-window layers (a 1024-token window) then a global
+    one, linear RoPE scaling on the global layers; a SigLIP tower at 896 px in 14 px patches,
+    pooled 4 x 4 to 256 soft tokens per image."""
     text = {
         "model_type": "gemma3_text",
         **TINY_TEXT,
+        "num_hidden_layers": 6,
         "vocab_size": vocab,
-        "query_pre_attn_scalar": 16,
-        "sliding_window": 64,
-        "sliding_window_pattern": 2,
-        "mm_tokens_per_image": 16,
+        "query_pre_attn_scalar": TINY_TEXT["head_dim"],  # the head width, as in 4B
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+        "rope_global_base_freq": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "max_position_embeddings": 131072,
+        "mm_tokens_per_image": 256,
     }
+    # One narrow layer: its 4096 patches per image take seconds through a wider one on mlx-cpu.
     vision = {
         "model_type": "siglip_vision_model",
-        "num_hidden_layers": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_attention_heads": 2,
-        "patch_size": 8,
-        "image_size": 64,
+        "num_hidden_layers": 1,
+        "hidden_size": 16,  # at least the patch size: mlx-vlm's weight sanitizer reads a narrower
+        "intermediate_size": 32,  # patch convolution as torch's layout
+        "num_attention_heads": 1,
+        "patch_size": 14,
+        "image_size": 896,
     }
     return {
         "model_type": "gemma3",
@@ -65,11 +81,82 @@ def _gemma3_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
         "vision_config": vision,
         "vocab_size": vocab,
         "hidden_size": 64,
-        "mm_tokens_per_image": 16,
+        "mm_tokens_per_image": 256,
         "image_token_index": ids["<image_soft_token>"],
+        "boi_token_index": ids["<start_of_image>"],
+        "eoi_token_index": ids["<end_of_image>"],
         "eos_token_id": [ids["<eos>"], ids["<end_of_turn>"]],
         "pad_token_id": ids["<pad>"],
     }
+
+
+# Gemma 3's template: the system message opens the first user turn; images are <start_of_image>.
+_GEMMA3_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{% set first_user_prefix = messages[0]['content'] + '\\n\\n' %}{% set loop_messages = messages[1:] %}"
+    "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') }}"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'image' or 'image_url' in item %}"
+    "{{ '<start_of_image>' }}{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}"
+    "{% endfor %}{% endif %}{{ '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+
+_PALIGEMMA_TOKENS = ("<pad>", "<eos>", "<bos>", "<image>")
+
+
+def _paligemma_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
+    """PaliGemma as paligemma-3b-mix-224: a SigLIP tower at 224 px in 14 px patches (256 image
+    tokens), projected to the gemma language model's width; one key-value head."""
+    text = {
+        "model_type": "gemma",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "num_hidden_layers": 2,
+        "num_image_tokens": 256,
+        "vocab_size": vocab,
+    }
+    vision = {
+        "model_type": "siglip_vision_model",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        "num_image_tokens": 256,
+        "patch_size": 14,
+        "image_size": 224,
+        "projection_dim": 64,
+    }
+    return {
+        "model_type": "paligemma",
+        "text_config": text,
+        "vision_config": vision,
+        "vocab_size": vocab,
+        "hidden_size": 64,
+        "projection_dim": 64,
+        "image_token_index": ids["<image>"],
+        "bos_token_id": ids["<bos>"],
+        "eos_token_id": ids["<eos>"],
+        "pad_token_id": ids["<pad>"],
+    }
+
+
+# PaliGemma checkpoints ship no chat template; this one writes a chat in the layout its processor
+# gives a prompt: the images' <image> markers first, then the text, one line per message.
+_PALIGEMMA_TEMPLATE = (
+    "{% for message in messages %}{% if message['content'] is not string %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'image' or 'image_url' in item %}"
+    "{{ '<image>' }}{% endif %}{% endfor %}{% endif %}{% endfor %}"
+    "{% for message in messages %}{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}"
+)
 
 
 _GEMMA4_TOKENS = (
@@ -165,32 +252,63 @@ GEMMA_FAMILIES: dict[str, TinyFamily] = {
             "eoa_token": "<audio|>",
         },
     ),
-    # Refused by visioncache serve-mlx (the tests check the refusal).
     "gemma3": TinyFamily(
         model_type="gemma3",
         special_tokens=_GEMMA3_TOKENS,
         eos_token="<eos>",
         pad_token="<pad>",
         bos_token="<bos>",
-        chat_template=_gemma_template(
-            "<start_of_image>", "<bos>", "<start_of_turn>", "<end_of_turn>", "model"
-        ),
+        chat_template=_GEMMA3_TEMPLATE,
         config=_gemma3_config,
         files={
             "preprocessor_config.json": {
                 "image_processor_type": "Gemma3ImageProcessor",
                 "processor_class": "Gemma3Processor",
-                "size": {"height": 64, "width": 64},
+                "do_normalize": True,
+                "do_pan_and_scan": None,
+                "do_rescale": True,
+                "do_resize": True,
                 "image_mean": [0.5, 0.5, 0.5],
                 "image_std": [0.5, 0.5, 0.5],
+                "image_seq_length": 256,
+                "resample": 2,
+                "rescale_factor": 1 / 255,
+                "size": {"height": 896, "width": 896},
             },
-            "processor_config.json": {"processor_class": "Gemma3Processor", "image_seq_length": 16},
+            "processor_config.json": {"processor_class": "Gemma3Processor", "image_seq_length": 256},
         },
         stop_tokens=("<end_of_turn>",),
+        media_tokens=("<start_of_image>", "<end_of_image>", "<image_soft_token>"),
         tokenizer_attributes={
             "image_token": "<image_soft_token>",
             "boi_token": "<start_of_image>",
             "eoi_token": "<end_of_image>",
         },
+    ),
+    "paligemma": TinyFamily(
+        model_type="paligemma",
+        special_tokens=_PALIGEMMA_TOKENS,
+        eos_token="<eos>",
+        pad_token="<pad>",
+        bos_token="<bos>",
+        chat_template=_PALIGEMMA_TEMPLATE,
+        config=_paligemma_config,
+        files={
+            "preprocessor_config.json": {
+                "image_processor_type": "SiglipImageProcessor",
+                "processor_class": "PaliGemmaProcessor",
+                "do_normalize": True,
+                "do_rescale": True,
+                "do_resize": True,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+                "image_seq_length": 256,
+                "resample": 3,
+                "rescale_factor": 1 / 255,
+                "size": {"height": 224, "width": 224},
+            },
+        },
+        media_tokens=("<image>",),
+        tokenizer_attributes={"image_token": "<image>"},
     ),
 }

@@ -38,6 +38,10 @@ TOWER_MODULES: dict[str, tuple[str, Callable[..., int]]] = {
     "idefics3": ("idefics3", _batch_images),
     "smolvlm": ("idefics3", _batch_images),
     "gemma4": ("gemma4", _batch_images),
+    "gemma3": ("gemma3", _batch_images),
+    "paligemma": ("paligemma", _batch_images),
+    "llava": ("llava", _batch_images),
+    "mistral3": ("pixtral", _batch_images),  # Mistral 3's tower is Pixtral's
 }
 
 

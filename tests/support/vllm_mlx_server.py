@@ -6,7 +6,9 @@ vision-tower calls, so the server process records both itself: every call of the
 tower (with its image count) and every token the batch generator emits (with its top log-probs,
 keyed by the request's prompt and images). The recording wraps only methods the integration
 leaves alone (the tower, ``MLLMBatchGenerator.insert`` / ``next``), so both servers are measured
-by the same code. The same ``next`` wrapper records which requests each step took from the queue
+by the same code; ``insert`` also records each request's templated prompt and images, which an
+in-process reference (mlx-vlm's own ``generate``) can replay. The same ``next`` wrapper records
+which requests each step took from the queue
 (what the engine actually batched) and can hold the queue (`ServerProcess.hold`): while a hold
 for n requests is armed, an idle generator starts nothing until n requests are queued, so a test
 gets requests sent concurrently into ONE step by construction, not by the odds of their timing.
@@ -107,7 +109,9 @@ def _instrument(record_path: str) -> None:
     def insert(self: Any, requests: list[Any]) -> list[int]:
         uids: list[int] = original_insert(self, requests)
         for request in requests:
-            keys[request.uid] = request_key(request.prompt, request.images or [])
+            key = keys[request.uid] = request_key(request.prompt, request.images or [])
+            images = [str(image) for image in request.images or []]
+            write({"kind": "request", "key": key, "prompt": request.prompt, "images": images})
         return uids
 
     def next_tokens(self: Any) -> list[Any]:

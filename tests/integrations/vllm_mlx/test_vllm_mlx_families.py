@@ -142,3 +142,41 @@ def test_a_repeated_request_is_answered_as_the_first_one(servers: Servers) -> No
     (stock_first, stock_repeat), (first, repeat) = answers["stock"], answers["visioncache"]
     assert first == repeat == stock_first
     assert (stock_repeat != stock_first) is (servers.family in STOCK_REPLAYS_WITHOUT_EXTRAS)
+
+
+def _video_url(tmp_path: Path, frames: int = 8) -> str:
+    """A tiny random MP4 (OpenCV's mp4v, 4 fps) as a data URL."""
+    import base64
+
+    import cv2
+    import numpy as np
+
+    path = tmp_path / "clip.mp4"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 4, (64, 48))
+    rng = np.random.default_rng(0)
+    for _ in range(frames):
+        writer.write(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
+    writer.release()
+    return "data:video/mp4;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def test_a_gemma4_video_reaches_no_model_through_vllm_mlx_0_6_0(servers: Servers, tmp_path: Path) -> None:
+    """Why serve-mlx does not serve Gemma 4 video: vllm-mlx 0.6.0's batched MLLM engine samples a
+    video's frames (OpenCV) and hands them to mlx-vlm's prepare_inputs as images, while its chat
+    templating leaves the ``video_url`` part out of the prompt (it converts image and audio parts
+    only), so the frames are encoded and no token reads them: a request with a video is answered
+    as the same request without it, by stock vllm-mlx and by serve-mlx alike (video requests keep
+    vllm-mlx's own path). mlx-vlm 0.7.10 does encode Gemma 4 video (``pixel_values_videos``), on
+    a path vllm-mlx never calls."""
+    if servers.family != "gemma4":
+        pytest.skip("Gemma 4's video")
+    video = {"type": "video_url", "video_url": {"url": _video_url(tmp_path)}}
+    text = {"type": "text", "text": "describe the video"}
+    for server in (servers.stock, servers.visioncache):
+        client = client_for(server.base_url)
+        recording = Recording(server)
+        with_video = complete(client, [{"role": "user", "content": [video, text]}], 4)
+        towers = recording.towers()
+        without = complete(client, [{"role": "user", "content": [text]}], 4)
+        assert with_video == without, server.engine  # same prompt tokens, same answer
+        assert towers and sum(towers) > 0, server.engine  # its frames went through the tower, unread

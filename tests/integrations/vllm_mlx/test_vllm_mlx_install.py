@@ -8,7 +8,9 @@ import base64
 import inspect
 import io
 import json
+import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from importlib import metadata
@@ -23,7 +25,7 @@ from tests.integrations.vllm_mlx.chat import SYSTEM, image_url
 from visioncache import ConfigurationError
 from visioncache.integrations import vllm_mlx
 from visioncache.integrations.vllm_mlx import VisionCacheSettings, install
-from visioncache.integrations.vllm_mlx.launcher import serve
+from visioncache.integrations.vllm_mlx.launcher import check_model_type, serve
 from visioncache.integrations.vllm_mlx.settings import weights_identity
 
 generator_module = pytest.importorskip("vllm_mlx.mllm_batch_generator")
@@ -88,11 +90,8 @@ def test_install_patches_the_listed_methods_and_uninstall_restores_them(stock_co
 
 
 def test_launcher_refuses_what_it_cannot_serve_exactly(tmp_path: Path, stock_code: dict[str, Any]) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma3"}))
-    with pytest.raises(
-        ConfigurationError, match=r"'gemma3' is refused .*attention_mask= .*every image request"
-    ):
-        serve([str(tmp_path), "--continuous-batching"])
+    for served in ("gemma3", "llava", "mistral3", "paligemma"):  # stock vllm-mlx fails their images
+        check_model_type("m", served)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "florence2"}))
     with pytest.raises(ConfigurationError, match=r"'florence2' is not supported .*no family description"):
         serve([str(tmp_path), "--continuous-batching"])
@@ -316,3 +315,96 @@ def test_every_image_form_vllm_mlx_accepts_is_served_like_stock(
         assert generate(ours, prompt, [image])[0] == expected[name], name
     stats = ours.get_vision_cache_stats()
     assert stats["image_request_errors"] == 0 and stats["images_encoded"] == len(forms)
+
+
+# ---- what visioncache does not serve stays stock vllm-mlx's --------------------------------------
+
+
+class _FakeTokenizer:
+    eos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        return [1, 2, 3]
+
+
+class _FakeProcessor:
+    tokenizer = _FakeTokenizer()
+
+
+class _FakeModel:
+    """As vllm-mlx's own scheduler tests build one: no configuration, so no family."""
+
+    config = None
+
+
+def test_regression_embedded_an_unrecognised_model_builds_as_stock_with_one_warning(
+    stock_code: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: with visioncache installed, building vllm-mlx's MLLMScheduler for a model of no
+    described family raised ConfigurationError (mlx-vlm model type None is not supported), where
+    stock builds it (5 of vllm-mlx 0.6.0's own tests failed). Embedded, such a model gets vllm-mlx's
+    own code and one warning, however many schedulers are built for it."""
+    model = _FakeModel()
+    stock = scheduler_module.MLLMScheduler(model=model, processor=_FakeProcessor())
+    install(model_id="m")
+    schedulers: list[Any] = []
+
+    def build() -> None:
+        schedulers.append(scheduler_module.MLLMScheduler(model=model, processor=_FakeProcessor()))
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # built by 8 threads at once: still one warning
+    try:
+        with caplog.at_level("WARNING", logger="visioncache.integrations.vllm_mlx.install"):
+            threads = [threading.Thread(target=build) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(previous)
+    assert len(schedulers) == len(threads)
+    warnings = [
+        record for record in caplog.records if "vllm-mlx serves it with its own code" in record.message
+    ]
+    assert len(warnings) == 1 and "model type None is not supported" in warnings[0].message
+    assert all(sorted(vars(scheduler)) == sorted(vars(stock)) for scheduler in schedulers)
+    assert vllm_mlx.installed() is not None and not vllm_mlx.installed().engines  # type: ignore[union-attr]
+
+
+def test_where_the_caller_asks_an_unrecognised_model_is_refused_when_its_engine_is_built(
+    stock_code: dict[str, Any],
+) -> None:
+    """``refuse_unsupported`` (what visioncache serve-mlx sets: the user asked for the cache)."""
+    install(model_id="m", refuse_unsupported=True)
+    with pytest.raises(ConfigurationError, match="model type None is not supported"):
+        scheduler_module.MLLMScheduler(model=_FakeModel(), processor=_FakeProcessor())
+
+
+@pytest.mark.slow
+def test_a_generator_of_a_model_visioncache_does_not_serve_runs_stock_code(
+    qwen25: tuple[Path, Any, Any],
+    tower_calls: list[int],
+    stock_code: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the model's family unknown to visioncache, an installed vllm-mlx's batch generator is
+    the stock one: same tokens and log-probs, the tower on every image, vllm-mlx's own vision
+    cache and stats."""
+    from visioncache.integrations.mlx_vlm.families import registry
+
+    path, model, processor = qwen25
+    prompts, images = chat_prompts(processor, image_url(530), image_url(531))
+    stock = new_generator(model, processor)
+    expected = [generate(stock, prompt, turn) for prompt, turn in zip(prompts, images, strict=True)]
+    monkeypatch.delitem(registry._BY_MODEL_TYPE, "qwen2_5_vl")  # a family visioncache does not describe
+    install(model_path=str(path))
+    ours = new_generator(model, processor)
+    tower_calls.clear()
+    results = [generate(ours, prompt, turn) for prompt, turn in zip(prompts, images, strict=True)]
+    for (tokens, logprobs), (stock_tokens, stock_logprobs) in zip(results, expected, strict=True):
+        assert tokens == stock_tokens
+        assert all(np.array_equal(a, b) for a, b in zip(logprobs, stock_logprobs, strict=True))
+    assert tower_calls == [1, 2]  # stock's: every image of every request
+    assert type(ours.vision_cache) is type(stock.vision_cache)
+    assert sorted(ours.get_vision_cache_stats()) == sorted(stock.get_vision_cache_stats())

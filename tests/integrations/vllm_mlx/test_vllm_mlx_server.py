@@ -41,6 +41,7 @@ class Recording:
     def __init__(self, server: ServerProcess) -> None:
         self.server = server
         self._towers, self._tokens = len(server.records("tower")), len(server.records("token"))
+        self.requests = len(server.records("request"))  # the request records before it began
 
     def towers(self) -> list[int]:
         return [entry["images"] for entry in self.server.records("tower")[self._towers :]]
@@ -231,16 +232,18 @@ def test_regression_unsupported_family_given_as_a_repository_id_is_refused_at_st
     """Regression (#18.7): with a repository id (and --vision-cache-model-id) the family was not
     checked: the server started, /health answered 200, and every request failed with 500, text-only
     ones too. A family visioncache does not serve is refused at start, whatever names the model."""
-    from tests.support.mlx_model_dir import cache_as_repository, save_model_dir
+    from tests.support.mlx_model_dir import cache_as_repository
 
-    model_dir = save_model_dir(tmp_path / "gemma3-tiny", "gemma3")  # stock vllm-mlx loads it; images fail
+    model_dir = tmp_path / "florence2-tiny"  # a family without a description: refused from its config
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text('{"model_type": "florence2"}')
     root = tmp_path / "server"
     model = str(model_dir)
     if given_as == "a repository id":
-        model = cache_as_repository(model_dir, root / "home", "tiny-org/gemma3-tiny")
-    server = ServerProcess("visioncache", model, root, "--vision-cache-model-id", "tiny-org/gemma3-tiny@0")
+        model = cache_as_repository(model_dir, root / "home", "tiny-org/florence2-tiny")
+    server = ServerProcess("visioncache", model, root, "--vision-cache-model-id", "tiny-org/florence2-tiny@0")
     with pytest.raises(RuntimeError, match="server exited"):
         server.start()
     log = server.log_tail()
-    assert "model type 'gemma3' is refused by visioncache serve-mlx" in log and "attention_mask" in log
+    assert "mlx-vlm model type 'florence2' is not supported" in log and "no family description" in log
     assert "Uvicorn running" not in log  # it never served: /health never answered

@@ -101,6 +101,7 @@ def prepare_inputs(
         return dict(utils.prepare_inputs(processor, prompts=prompts, add_special_tokens=add_special_tokens))
     family = family_for_processor(processor)
     check_namespace(cache, processor, None)
+    family.check_prompts(processor, _as_list(prompts), len(image_list))  # before anything is processed
     entries = cached_pixel_entries(processor, image_list, cache)
     layouts = [family.pixel_layout(entry) for entry in entries]
     prompt_list = _as_list(prompts)
@@ -181,6 +182,7 @@ def prepare_inputs_with_features(
         return prepare_inputs(processor, None, prompts, cache=cache, add_special_tokens=add_special_tokens)
     family = family_for(model, processor)
     check_namespace(cache, processor, model)
+    family.check_prompts(processor, _as_list(prompts), len(image_list))  # before anything is encoded
     encoder = image_feature_encoder(model, processor, cache)
     values = cache.encode_images(image_list, encoder, expect=family.fits(model))
     return inputs_from_features(model, processor, values, prompts, add_special_tokens=add_special_tokens)

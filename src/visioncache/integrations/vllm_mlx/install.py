@@ -4,8 +4,11 @@ Patched (version-checked first, applied together; the replacements are in `patch
 
 - ``MLLMScheduler.__init__`` (``vllm_mlx.mllm_scheduler``): after vllm-mlx's own, which runs at
   server start with the loaded model, the model's family is found and self-checked and its
-  cache built (`Installation.engine`); a model visioncache cannot serve exactly fails the start,
-  with the reason, instead of every later request.
+  cache built (`Installation.engine`). A model visioncache cannot serve exactly (no family
+  description, or a failed self-check) fails the start, with the reason, where the settings
+  ask for it (``refuse_unsupported``: ``visioncache serve-mlx`` does); embedded, by default, it
+  gets one warning and vllm-mlx's own code: its generators are not attached, so every method
+  below runs vllm-mlx's own for them.
 - ``MLLMBatchGenerator.__init__``: after vllm-mlx's own, ``self.vision_cache`` (vllm-mlx's import of
   ``VisionEmbeddingCache``, built with hard-coded settings) becomes the configured visioncache,
   and ``self.prefix_cache`` is wrapped by `ImageAwarePrefixCache`.
@@ -34,11 +37,13 @@ HTTP side is a route and an ASGI middleware that `serve` adds to vllm-mlx's Fast
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from types import ModuleType
@@ -46,7 +51,7 @@ from typing import Any
 
 from visioncache import ConfigurationError, forking
 from visioncache.integrations.mlx_vlm import Model, Processor
-from visioncache.integrations.mlx_vlm.families import check_family, family_for
+from visioncache.integrations.mlx_vlm.families import Exactness, Family, check_family, family_for
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module, import_scheduler_module
 from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics, register_handle_metrics
@@ -100,13 +105,28 @@ class Installation:
         }
         self.original_guard = getattr(module, GUARD)
         self._engines_lock = threading.Lock()
+        self._stock_models: set[int] = set()  # ids of models left to vllm-mlx's own code (warned)
 
-    def engine(self, model: Model, processor: Processor) -> EngineState:
+    def engine(self, model: Model, processor: Processor) -> EngineState | None:
         """The engine state of a model and processor, built on first use: family found and
-        self-checked on the loaded model (ConfigurationError with the reason when visioncache
-        cannot serve it exactly), cache namespaced and built, metrics registered."""
-        family = family_for(model, processor)
-        exactness = check_family(family, model, processor)
+        self-checked on the loaded model, cache namespaced and built, metrics registered.
+
+        Where visioncache cannot serve the model exactly: ConfigurationError with the reason if
+        the settings refuse it (``refuse_unsupported``), else None (vllm-mlx's own code serves
+        it), with one warning per model."""
+        try:
+            family = family_for(model, processor)
+            exactness = check_family(family, model, processor)
+        except ConfigurationError as error:
+            if self.settings.refuse_unsupported:
+                raise
+            reason = str(error)  # not the error: its traceback holds the caller's frames
+        else:
+            return self._build(model, processor, family, exactness)
+        self._left_to_stock(model, reason)
+        return None
+
+    def _build(self, model: Model, processor: Processor, family: Family, exactness: Exactness) -> EngineState:
         namespace = self.settings.namespace(model, processor)
         kv_reuse = self.settings.kv_reuse and exactness.split_prefill
         if self.settings.kv_reuse and not kv_reuse:
@@ -126,13 +146,29 @@ class Installation:
                     register_handle_metrics(self.handles.stats)
         return state
 
-    def attach(self, generator: Any) -> EngineState:
-        """Give a new batch generator its visioncache (and image-aware prefix cache).
+    def _left_to_stock(self, model: Model, reason: str) -> None:
+        """Warn, once per model, that vllm-mlx's own code serves it."""
+        key = id(model)
+        with self._engines_lock:
+            if key in self._stock_models:
+                return
+            self._stock_models.add(key)
+        with contextlib.suppress(TypeError):  # not weakly referenceable: its id stays marked
+            weakref.finalize(model, self._stock_models.discard, key)
+        logger.warning(
+            "visioncache: not used for this model, vllm-mlx serves it with its own code: %s", reason
+        )
+
+    def attach(self, generator: Any) -> EngineState | None:
+        """Give a new batch generator its visioncache (and image-aware prefix cache); None, and
+        the generator left as vllm-mlx built it, for a model visioncache does not serve.
 
         A generator built again for the same model and processor (vllm-mlx rebuilds it after a
         reset) gets the same cache and counters.
         """
         state = self.engine(generator.model, generator.processor)
+        if state is None:
+            return None
         generator.vision_cache = state.cache
         if generator.prefix_cache is not None and state.kv_reuse:
             generator.prefix_cache = ImageAwarePrefixCache(generator.prefix_cache, state.stats, state.salt)

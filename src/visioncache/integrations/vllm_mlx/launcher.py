@@ -4,9 +4,9 @@ server, started in this process with the integration installed.
 The ``--vision-cache-*`` flags are taken out; everything else is parsed by vllm-mlx's own ``serve``
 parser and run by its own ``serve_command``. Settings the integration cannot serve exactly are
 refused before the server answers anything: another vllm-mlx or mlx-vlm version; a model family
-without a family description, or one stock vllm-mlx cannot serve (read from the model's
-``config.json``, a local directory's or a repository's, before loading; and again on the loaded
-model at server start, where the family's self-check runs); media SpecPrefill (it reads pixels
+without a family description (read from the model's ``config.json``, a local directory's or a
+repository's, before loading; and again on the loaded model at server start, where the family's
+self-check runs: `VisionCacheSettings.refuse_unsupported`); media SpecPrefill (it reads pixels
 the cached path does not have); a multi-model config; and serving without
 ``--continuous-batching`` (the simple engine has no scheduler step to batch).
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from visioncache import ConfigurationError
@@ -43,16 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Families stock vllm-mlx 0.6.0 + mlx-vlm 0.7.10 cannot serve at all (every image request fails).
-STOCK_FAILURES = {
-    "gemma3": "stock vllm-mlx passes attention_mask= and Gemma 3 reads mask: every image request fails",
-    "paligemma": "stock vllm-mlx passes attention_mask= and PaliGemma reads mask: every image request fails",
-    "mistral3": "Mistral 3's __call__ needs mask, which stock vllm-mlx does not pass: "
-    "every image request fails",
-    "llava": "mlx-vlm's LlavaProcessor rejects the padding= transformers 5 passes: every image request fails",
-}
-
-
 def model_config(model: str, *, offline: bool) -> dict[str, object] | None:
     """The ``config.json`` of a local model directory or of a repository id (from the Hugging Face
     cache, or the Hub unless ``offline``); None when it cannot be read before loading."""
@@ -73,11 +64,6 @@ def model_config(model: str, *, offline: bool) -> dict[str, object] | None:
 
 def check_model_type(model: str, model_type: object) -> None:
     """Refuse a model family visioncache cannot serve in vllm-mlx, with the reason."""
-    if isinstance(model_type, str) and model_type in STOCK_FAILURES:
-        raise ConfigurationError(
-            f"{model}: model type {model_type!r} is refused by visioncache serve-mlx: "
-            f"{STOCK_FAILURES[model_type]}"
-        )
     try:
         family_for_model_type(model_type)
     except ConfigurationError as error:
@@ -109,7 +95,8 @@ def serve(argv: Sequence[str]) -> int:
 
     args = cli.create_parser().parse_args(["serve", *rest])
     _check_serve_args(args)
-    settings = VisionCacheSettings.from_args(ours, model_path=args.model)
+    # The user asked for the cache: a model it cannot serve fails the start (embedded, stock runs it).
+    settings = replace(VisionCacheSettings.from_args(ours, model_path=args.model), refuse_unsupported=True)
     if (settings.tenants_file or settings.tenants_env) and getattr(args, "api_key", None):
         raise ConfigurationError(
             "--api-key and tenants by API key (--vision-cache-tenants-file/-env) exclude each other: "

@@ -1,8 +1,9 @@
 """The replacements `install` puts into vllm-mlx (the list, with what each does, is in `install`).
 
 Each replacement runs vllm-mlx's own method for anything the integration does not prepare, so a
-text-only request, a video or audio request, or a generator built before `install` behaves as in
-stock vllm-mlx.
+text-only request, a video or audio request, a generator built before `install`, or one of a
+model visioncache does not serve (`Installation.attach` leaves it unattached) behaves as in stock
+vllm-mlx.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, 
         originals["_process_prompts"],
         originals["_preprocess_request"],
     )
-    run_vision_encoding = originals["_run_vision_encoding"]
+    run_vision_encoding, stock_stats = originals["_run_vision_encoding"], originals["get_vision_cache_stats"]
     stock_kwargs = originals["_language_model_kwargs"].__func__
     stock_guard = installation.original_guard
     scheduler_init = installation.scheduler_originals["__init__"]
@@ -108,10 +109,11 @@ def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, 
         return kwargs
 
     def get_vision_cache_stats(self: Any) -> dict[str, Any]:
-        stats = dict(self.vision_cache.get_stats())
         state = getattr(self, "_visioncache_state", None)
-        if state is not None:
-            stats.update(state.stats.as_dict())
+        if state is None:  # a generator left to vllm-mlx's own code
+            return stock_stats(self)  # type: ignore[no-any-return]
+        stats = dict(self.vision_cache.get_stats())
+        stats.update(state.stats.as_dict())
         if installation.handles is not None:
             stats.update(installation.handles.counters())
         return stats

@@ -37,6 +37,10 @@ class VisionCacheSettings:
     ``tiers``: the shared tiers (`visioncache.tiers.TierSettings`; none by default).
     ``tenants_file`` / ``tenants_env``: the API key -> tenant secret map (`tenants`), from a file
     or an environment variable; ``salt`` is the one-tenant case (not both).
+    ``refuse_unsupported``: a model visioncache cannot serve (no family description, or its
+    self-check fails) raises ConfigurationError when vllm-mlx builds its engine, as
+    ``visioncache serve-mlx`` asks; by default such a model runs stock vllm-mlx's code, with one
+    warning.
     """
 
     model_path: str | None = None
@@ -52,6 +56,7 @@ class VisionCacheSettings:
     tenants_file: str | None = None
     tenants_env: str | None = None
     tiers: TierSettings = field(default_factory=TierSettings)
+    refuse_unsupported: bool = False
 
     def __post_init__(self) -> None:
         if self.model_path is None and self.model_id is None:
@@ -124,7 +129,9 @@ class VisionCacheSettings:
 
 _TIER_FIELDS = frozenset(item.name for item in fields(TierSettings)) - {"secret_setting"}
 _OWN_FLAGS = tuple(
-    item.name for item in fields(VisionCacheSettings) if item.name not in {"model_path", "tiers"}
+    item.name
+    for item in fields(VisionCacheSettings)
+    if item.name not in {"model_path", "tiers", "refuse_unsupported"}
 )
 
 

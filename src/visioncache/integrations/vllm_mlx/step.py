@@ -116,7 +116,8 @@ def prepare_step(state: EngineState, requests: Sequence[Any], *, kv_reuse: bool)
         if not wants_features(request) or getattr(request, STATE_ATTRIBUTE, None) is not None:
             continue
         state.stats.image_requests += 1
-        try:
+        try:  # a prompt the family cannot take fails before its images are read or encoded
+            state.family.check_prompt(state.processor, request.prompt, len(request.images))
             images, digests = resolve_images(state.cache, state.handles, request.images)
         except Exception as error:
             _fail(state, request, error)

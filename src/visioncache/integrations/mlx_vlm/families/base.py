@@ -105,17 +105,37 @@ class Family(ABC):
         """What a chat template writes for one image: the placeholder and any tokens around it."""
         return self.placeholder(processor)
 
+    def check_prompt(self, processor: Processor, prompt: str, images: int) -> None:
+        """PlaceholderMismatchError where the family cannot serve ``prompt`` with ``images``
+        images (checked before anything is encoded): by default, one placeholder per image."""
+        token = self.placeholder(processor)
+        if prompt.count(token) != images:
+            raise PlaceholderMismatchError(
+                f"the prompt holds {prompt.count(token)} image placeholder(s) {token!r} "
+                f"but {images} image(s) were given"
+            )
+
+    def probe_prompt(self, marker: str) -> str:
+        """The self-check's prompt around ``marker`` (one image each): two images by default."""
+        return f"describe {marker} and {marker} please"
+
+    def check_prompts(self, processor: Processor, prompts: Sequence[str], images: int) -> None:
+        """`check_prompt` for a batch of prompts taking ``images`` images in all, in order."""
+        token = self.placeholder(processor)
+        for prompt in prompts:
+            self.check_prompt(processor, prompt, prompt.count(token))
+        found = sum(prompt.count(token) for prompt in prompts)
+        if found != images:
+            raise PlaceholderMismatchError(
+                f"the prompts hold {found} image placeholder(s) {token!r} but {images} image(s) were given"
+            )
+
     def expand_prompts(
         self, processor: Processor, prompts: Sequence[str], layouts: Sequence[Mapping[str, Any]]
     ) -> list[str]:
         """Replace the n-th placeholder (over all prompts, in order) by the n-th image's text."""
         token = self.placeholder(processor)
-        found = sum(prompt.count(token) for prompt in prompts)
-        if found != len(layouts):
-            raise PlaceholderMismatchError(
-                f"the prompts hold {found} image placeholder(s) {token!r} "
-                f"but {len(layouts)} image(s) were given"
-            )
+        self.check_prompts(processor, prompts, len(layouts))
         texts = iter([self.image_text(processor, layout) for layout in layouts])
         expanded = []
         for prompt in prompts:
@@ -188,6 +208,12 @@ class Family(ABC):
         return True
 
     # ---- 4. what the model is fed -------------------------------------------------------------
+    def uncached_inputs(self, processor: Processor, images: Sequence[Any], prompt: str) -> dict[str, Any]:
+        """mlx-vlm's own inputs for one prompt without the cache (``mlx_vlm.utils.prepare_inputs``),
+        what the self-check's reference forward takes."""
+        utils = import_mlx_vlm_utils()
+        return dict(utils.prepare_inputs(processor, images=list(images), prompts=[prompt]))
+
     def uncached_forward(self, model: Model, inputs: Mapping[str, Any]) -> Any:
         """The model's own forward on ``mlx_vlm.utils.prepare_inputs`` output, as mlx-vlm's
         ``generate`` and vllm-mlx run it (what the self-check compares `forward` with)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from visioncache import PlaceholderMismatchError
 from visioncache.integrations.mlx_vlm.families.base import Family, ImageValue
 from visioncache.integrations.mlx_vlm.imports import import_mlx
 from visioncache.integrations.mlx_vlm.protocols import Array, Model, Processor
@@ -81,8 +82,12 @@ def _split_exact(
     """True / False: the split gives bit-identical last logits or not; None where the family
     does not allow it (nothing to prove) or the tokenizer does not keep the prefix."""
     mx = import_mlx()
-    full_ids = family.tokenize(processor, [split.prefix + split.rest], values[: split.images])["input_ids"]
-    prefix_ids = family.tokenize(processor, [split.prefix], values[: split.prefix_images])["input_ids"]
+    try:
+        full_ids = family.tokenize(processor, [split.prefix + split.rest], values[: split.images])
+        prefix_ids = family.tokenize(processor, [split.prefix], values[: split.prefix_images])
+    except PlaceholderMismatchError:
+        return None  # a prompt the family does not take (PaliGemma's image opens its prompt)
+    full_ids, prefix_ids = full_ids["input_ids"], prefix_ids["input_ids"]
     start, end = prefix_ids.shape[1], full_ids.shape[1]
     if not bool(mx.array_equal(full_ids[:, :start], prefix_ids).item()):
         return None

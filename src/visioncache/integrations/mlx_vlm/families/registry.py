@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from visioncache import ConfigurationError
 from visioncache.integrations.mlx_vlm.families.base import Family
+from visioncache.integrations.mlx_vlm.families.gemma3 import Gemma3
 from visioncache.integrations.mlx_vlm.families.gemma4 import Gemma4
 from visioncache.integrations.mlx_vlm.families.idefics3 import Idefics3, SmolVLM
+from visioncache.integrations.mlx_vlm.families.llava import LLaVA, Mistral3
+from visioncache.integrations.mlx_vlm.families.paligemma import PaliGemma
 from visioncache.integrations.mlx_vlm.families.qwen import Qwen2VL, Qwen3VL
 from visioncache.integrations.mlx_vlm.protocols import Model, Processor
 
@@ -23,7 +26,17 @@ __all__ = [
     "family_for_processor",
 ]
 
-FAMILIES: tuple[Family, ...] = (Qwen2VL(), Qwen3VL(), Idefics3(), SmolVLM(), Gemma4())
+FAMILIES: tuple[Family, ...] = (
+    Qwen2VL(),
+    Qwen3VL(),
+    Idefics3(),
+    SmolVLM(),
+    Gemma4(),
+    Gemma3(),
+    PaliGemma(),
+    LLaVA(),
+    Mistral3(),
+)
 SUPPORTED_MODEL_TYPES = frozenset(model_type for family in FAMILIES for model_type in family.model_types)
 SUPPORTED_PROCESSORS = frozenset(name for family in FAMILIES for name in family.processor_classes)
 _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}

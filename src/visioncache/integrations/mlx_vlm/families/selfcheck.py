@@ -29,7 +29,7 @@ import numpy as np
 from visioncache import ConfigurationError, forking
 from visioncache.integrations.mlx_vlm.families.base import Family, ImageValue
 from visioncache.integrations.mlx_vlm.families.kvcheck import split_prefill_exact
-from visioncache.integrations.mlx_vlm.imports import import_mlx, import_mlx_vlm_utils
+from visioncache.integrations.mlx_vlm.imports import import_mlx
 from visioncache.integrations.mlx_vlm.protocols import Model, Processor
 
 __all__ = ["Exactness", "check_family", "probe_images"]
@@ -71,9 +71,7 @@ def _same(first: Any, second: Any) -> bool:
 def _uncached_logits(
     family: Family, model: Model, processor: Processor, images: list[Any], prompt: str
 ) -> Any:
-    utils = import_mlx_vlm_utils()
-    inputs = dict(utils.prepare_inputs(processor, images=images, prompts=[prompt]))
-    return family.uncached_forward(model, inputs).logits
+    return family.uncached_forward(model, family.uncached_inputs(processor, images, prompt)).logits
 
 
 def _cached_logits(
@@ -91,9 +89,10 @@ def _run_check(family: Family, model: Model, processor: Processor) -> Exactness:
     alone = [family.encode(model, [entry])[0] for entry in entries]
     batched = all(_same(a, b) for a, b in zip(alone, family.encode(model, entries), strict=True))
     marker = family.marker(processor)
-    prompt = f"describe {marker} and {marker} please"
-    expected = _uncached_logits(family, model, processor, images, prompt)
-    ours = _cached_logits(family, model, processor, alone, prompt)
+    prompt = family.probe_prompt(marker)
+    count = prompt.count(marker)
+    expected = _uncached_logits(family, model, processor, images[:count], prompt)
+    ours = _cached_logits(family, model, processor, alone[:count], prompt)
     if expected.shape != ours.shape or not bool(mx.array_equal(expected, ours).item()):
         difference = (
             float(mx.max(mx.abs(expected.astype(mx.float32) - ours.astype(mx.float32))).item())

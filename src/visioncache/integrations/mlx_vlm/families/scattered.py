@@ -1,0 +1,89 @@
+"""What Gemma 3, PaliGemma, LLaVA and Mistral 3 share on mlx-vlm: features scattered into the
+input embeddings by the model's own ``get_input_embeddings``, a 1-D RoPE language model fed those
+embeddings, as mlx-vlm's ``generate`` runs it.
+
+- **What the model is fed**: ``get_input_embeddings(input_ids, pixel_values, mask=...,
+  cached_image_features=...)`` merges the cached rows into the image tokens' positions (its own
+  merge: Gemma 3 and PaliGemma scale them by the hidden size, PaliGemma places them by position),
+  then the language model takes ``inputs_embeds`` and builds its own causal (and sliding-window)
+  masks from the cache offset.
+- **The model's own uncached path** is mlx-vlm's ``generate``'s, not ``model(...)``'s: ``generate``
+  gives the padding mask to ``get_input_embeddings`` only, where Gemma 3's and PaliGemma's
+  ``__call__`` give the language model their ``attention_mask_4d`` (every position attending
+  every other one), and LLaVA's and Mistral 3's ``__call__`` take a ``mask`` vllm-mlx 0.6.0 does
+  not pass (why stock vllm-mlx fails their image requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from visioncache.integrations.mlx_vlm.families.base import Family, Feed, ImageValue
+from visioncache.integrations.mlx_vlm.imports import import_mlx
+from visioncache.integrations.mlx_vlm.protocols import Array, Model
+
+__all__ = ["ScatteredFeatures", "generate_forward"]
+
+
+def generate_forward(model: Model, inputs: Mapping[str, Any], *, cache: Any = None) -> Any:
+    """The model's forward on ``mlx_vlm.utils.prepare_inputs`` output as mlx-vlm's
+    ``generate_step`` runs its prefill: the embeddings from ``get_input_embeddings`` (given the
+    padding mask), then the language model on them with the embedding's other outputs."""
+    inputs = dict(inputs)
+    input_ids, pixel_values = inputs.pop("input_ids"), inputs.pop("pixel_values")
+    mask = inputs.pop("attention_mask", None)
+    embeddings = model.get_input_embeddings(input_ids, pixel_values, mask=mask, **inputs)
+    extra = {
+        name: value
+        for name, value in embeddings.to_dict().items()
+        if name != "inputs_embeds" and value is not None
+    }
+    return model.language_model(input_ids, inputs_embeds=embeddings.inputs_embeds, cache=cache, **extra)
+
+
+class ScatteredFeatures(Family):
+    """A family whose cached rows go through the model's own embedding merge (see the module)."""
+
+    positions = "1-D RoPE"
+
+    def tower(self, model: Model) -> Any:
+        return getattr(model, "vision_tower")  # noqa: B009
+
+    def embedding_dtype(self, model: Model) -> Any:
+        """The dtype of the language model's input embeddings (Gemma 3's and PaliGemma's own
+        path casts pixels to it before the tower)."""
+        mx = import_mlx()
+        embed_tokens = getattr(model.language_model, "model").embed_tokens  # noqa: B009
+        return embed_tokens(mx.zeros((1, 1), dtype=mx.int32)).dtype
+
+    def hook_inputs(self, model: Model, values: Sequence[ImageValue]) -> dict[str, Any]:
+        mx = import_mlx()
+        features = mx.concatenate([value["image_features"] for value in values])
+        return {
+            # get_input_embeddings merges features only when pixel_values is set; it reads none.
+            "pixel_values": mx.zeros((0,), dtype=self.tower_dtype(model)),
+            "cached_image_features": features[None],
+        }
+
+    def feed(self, model: Model, input_ids: Array, hook: Mapping[str, Any]) -> Feed:
+        mx = import_mlx()
+        hook = dict(hook)
+        pixel_values = hook.pop("pixel_values")
+        mask = mx.ones(input_ids.shape, dtype=mx.int32)  # what the merge reads; no padding here
+        embeddings = model.get_input_embeddings(input_ids, pixel_values, mask=mask, **hook)
+        return Feed(input_ids, {"inputs_embeds": embeddings.inputs_embeds})
+
+    def uncached_forward(self, model: Model, inputs: Mapping[str, Any]) -> Any:
+        return generate_forward(model, inputs)
+
+    def forward(self, model: Model, feed: Feed, *, cache: Any = None, mask: Array = None) -> Any:
+        # As generate_step: the language model builds its masks (a padding mask is not one).
+        # Gemma 3's scales its inputs_embeds in place (``h *= ...``): it gets its own copy, so
+        # the feed a KV prefix hit's `window` reads later is not scaled twice.
+        mx = import_mlx()
+        embeds = mx.array(feed.inputs_embeds)
+        return model.language_model(feed.input_ids, inputs_embeds=embeds, cache=cache)
+
+    def window(self, feed: Feed, start: int, end: int) -> dict[str, Any]:
+        return {"inputs_embeds": feed.inputs_embeds[:, start:end]}
