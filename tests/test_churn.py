@@ -1,4 +1,4 @@
-"""Churn (#11 and #18 "Done when"): 8 threads, over 100k mixed operations on small budgets, at a
+"""Churn: 8 threads, over 100k mixed operations on small budgets, at a
 1 µs switch interval (so threads switch between almost any two operations).
 
 Operations: `encode_batch` over overlapping images, lookups, stores, pinned blocks under pressure,

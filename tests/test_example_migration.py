@@ -12,13 +12,13 @@ import pytest
 mx = pytest.importorskip("mlx.core", reason="mlx cannot be imported here (pip install 'visioncache[mlx]')")
 pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip install 'visioncache[mlx]')")
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from visioncache import VisionEmbeddingCache  # noqa: E402
-from visioncache.bench.mlx_random_model import build_random_model  # noqa: E402
-from visioncache.bench.workload import question_prompt  # noqa: E402
-from visioncache.integrations.mlx_vlm.adapter import cache_namespace  # noqa: E402
-from visioncache.integrations.mlx_vlm.families import check_family, family_for  # noqa: E402
+from visioncache import VisionEmbeddingCache
+from visioncache.bench.mlx_random_model import build_random_model
+from visioncache.bench.workload import question_prompt
+from visioncache.integrations.mlx_vlm.adapter import cache_namespace
+from visioncache.integrations.mlx_vlm.families import check_family, family_for
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reference_engine_migration.py"
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from tests.support.optional import skip_without
+
+skip_without("prometheus_client", "metrics")
+
 from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, generate_latest

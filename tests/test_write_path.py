@@ -14,16 +14,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 from tests.conftest import encode_image, random_image
 from tests.support.memory_tier import MemoryTier
+from tests.support.optional import needs_mlx, needs_torch, torch
 from visioncache import VisionEmbeddingCache, trees
 from visioncache.tiers import serialization
 from visioncache.tiers.chain import TierChain
 from visioncache.trees import prepare
 
 
+@needs_torch
 def test_prepare_copies_views_sizes_and_finds_the_device_in_one_result() -> None:
     batch = np.arange(100, dtype=np.float32)
     tensor_batch = torch.arange(12, dtype=torch.float32).reshape(3, 4)
@@ -37,11 +38,13 @@ def test_prepare_copies_views_sizes_and_finds_the_device_in_one_result() -> None
     assert again.value is owned and again.nbytes == 32 and again.device is None  # nothing copied
 
 
+@needs_torch
 def test_prepare_places_torch_leaves_on_the_device_asked() -> None:
     meta = prepare([torch.ones(2)], device=torch.device("meta"))
     assert meta.value[0].device.type == "meta" and meta.device.type == "meta"
 
 
+@needs_mlx
 def test_prepare_evaluates_mlx_leaves() -> None:
     mx = pytest.importorskip("mlx.core")
     lazy = mx.arange(6) * 2

@@ -21,16 +21,16 @@ from PIL import Image
 mx = pytest.importorskip("mlx.core", reason="mlx cannot be imported here (pip install 'visioncache[mlx]')")
 pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip install 'visioncache[mlx]')")
 
-from mlx_vlm import utils as mlx_vlm_utils  # noqa: E402
-from mlx_vlm.models.cache import make_prompt_cache  # noqa: E402
+from mlx_vlm import utils as mlx_vlm_utils
+from mlx_vlm.models.cache import make_prompt_cache
 
-from tests.support.mlx_model_dir import save_model_dir  # noqa: E402
-from tests.support.mlx_oracle import Oracle  # noqa: E402
-from tests.support.mlx_towers import counted, tower_class  # noqa: E402
-from visioncache import VisionEmbeddingCache  # noqa: E402
-from visioncache.errors import PlaceholderMismatchError  # noqa: E402
-from visioncache.integrations import mlx_vlm  # noqa: E402
-from visioncache.integrations.mlx_vlm.families import check_family, family_for  # noqa: E402
+from tests.support.mlx_model_dir import save_model_dir
+from tests.support.mlx_oracle import Oracle
+from tests.support.mlx_towers import counted, tower_class
+from visioncache import VisionEmbeddingCache
+from visioncache.errors import PlaceholderMismatchError
+from visioncache.integrations import mlx_vlm
+from visioncache.integrations.mlx_vlm.families import check_family, family_for
 
 pytestmark = pytest.mark.slow
 

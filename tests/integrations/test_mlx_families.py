@@ -17,14 +17,14 @@ from PIL import Image
 mx = pytest.importorskip("mlx.core", reason="mlx cannot be imported here (pip install 'visioncache[mlx]')")
 pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip install 'visioncache[mlx]')")
 
-from mlx_vlm import utils as mlx_vlm_utils  # noqa: E402
+from mlx_vlm import utils as mlx_vlm_utils
 
-from tests.support.mlx_model_dir import save_model_dir  # noqa: E402
-from tests.support.mlx_towers import tower_class  # noqa: E402
-from visioncache import ConfigurationError, VisionEmbeddingCache  # noqa: E402
-from visioncache.integrations import mlx_vlm  # noqa: E402
-from visioncache.integrations.mlx_vlm.families import check_family, family_for  # noqa: E402
-from visioncache.integrations.mlx_vlm.families.qwen import Qwen2VL, Qwen3VL  # noqa: E402
+from tests.support.mlx_model_dir import save_model_dir
+from tests.support.mlx_towers import tower_class
+from visioncache import ConfigurationError, VisionEmbeddingCache
+from visioncache.integrations import mlx_vlm
+from visioncache.integrations.mlx_vlm.families import check_family, family_for
+from visioncache.integrations.mlx_vlm.families.qwen import Qwen2VL, Qwen3VL
 
 pytestmark = pytest.mark.slow
 

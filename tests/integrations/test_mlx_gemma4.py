@@ -19,13 +19,13 @@ import pytest
 mx = pytest.importorskip("mlx.core", reason="mlx cannot be imported here (pip install 'visioncache[mlx]')")
 pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip install 'visioncache[mlx]')")
 
-from mlx_vlm import utils as mlx_vlm_utils  # noqa: E402
-from mlx_vlm.models.cache import make_prompt_cache  # noqa: E402
+from mlx_vlm import utils as mlx_vlm_utils
+from mlx_vlm.models.cache import make_prompt_cache
 
-from tests.support.mlx_model_dir import save_model_dir  # noqa: E402
-from visioncache.integrations.mlx_vlm.families import check_family, family_for  # noqa: E402
-from visioncache.integrations.mlx_vlm.families.base import Feed  # noqa: E402
-from visioncache.integrations.mlx_vlm.families.selfcheck import probe_images  # noqa: E402
+from tests.support.mlx_model_dir import save_model_dir
+from visioncache.integrations.mlx_vlm.families import check_family, family_for
+from visioncache.integrations.mlx_vlm.families.base import Feed
+from visioncache.integrations.mlx_vlm.families.selfcheck import probe_images
 
 pytestmark = pytest.mark.slow
 

@@ -24,15 +24,15 @@ from PIL import Image
 mx = pytest.importorskip("mlx.core", reason="mlx cannot be imported here (pip install 'visioncache[mlx]')")
 pytest.importorskip("mlx_vlm", reason="mlx-vlm cannot be imported here (pip install 'visioncache[mlx]')")
 
-from mlx_vlm import utils as mlx_vlm_utils  # noqa: E402
-from mlx_vlm.generate import generate_step  # noqa: E402
+from mlx_vlm import utils as mlx_vlm_utils
+from mlx_vlm.generate import generate_step
 
-from tests.support.mlx_model_dir import build_random_processor, save_model_dir  # noqa: E402
-from tests.support.mlx_towers import counted, tower_class  # noqa: E402
-from visioncache import ConfigurationError, VisionEmbeddingCache  # noqa: E402
-from visioncache.errors import PlaceholderMismatchError  # noqa: E402
-from visioncache.integrations import mlx_vlm  # noqa: E402
-from visioncache.integrations.mlx_vlm.families import check_family, family_for  # noqa: E402
+from tests.support.mlx_model_dir import build_random_processor, save_model_dir
+from tests.support.mlx_towers import counted, tower_class
+from visioncache import ConfigurationError, VisionEmbeddingCache
+from visioncache.errors import PlaceholderMismatchError
+from visioncache.integrations import mlx_vlm
+from visioncache.integrations.mlx_vlm.families import check_family, family_for
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "idefics3", "smolvlm", "gemma4"]
 # mlx-vlm 0.7.10's own path cannot take a batch of several prompts for these (its forward passes a

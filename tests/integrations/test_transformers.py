@@ -15,12 +15,12 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from visioncache import VisionEmbeddingCache  # noqa: E402
-from visioncache.bench.models import build_offline_model  # noqa: E402
-from visioncache.errors import ConfigurationError  # noqa: E402
-from visioncache.integrations.transformers import (  # noqa: E402
+from visioncache import VisionEmbeddingCache
+from visioncache.bench.models import build_offline_model
+from visioncache.errors import ConfigurationError
+from visioncache.integrations.transformers import (
     CachedVisionModel,
     PlaceholderMismatchError,
     model_namespace,

@@ -16,14 +16,14 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from tests.integrations.family_reference import logits, prompt, reference_logits, tower_runs  # noqa: E402
-from visioncache.bench.family_models import build_family_model  # noqa: E402
-from visioncache.errors import ConfigurationError  # noqa: E402
-from visioncache.integrations.transformers import CachedVisionModel, UntestedVersionWarning  # noqa: E402
-from visioncache.integrations.transformers.families import FAMILIES, process_images, split_rows  # noqa: E402
-from visioncache.integrations.transformers.versions import check_transformers_version  # noqa: E402
+from tests.integrations.family_reference import logits, prompt, reference_logits, tower_runs
+from visioncache.bench.family_models import build_family_model
+from visioncache.errors import ConfigurationError
+from visioncache.integrations.transformers import CachedVisionModel, UntestedVersionWarning
+from visioncache.integrations.transformers.families import FAMILIES, process_images, split_rows
+from visioncache.integrations.transformers.versions import check_transformers_version
 
 pytestmark = pytest.mark.slow
 

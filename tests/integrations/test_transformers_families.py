@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from tests.integrations.family_reference import (  # noqa: E402
+from tests.integrations.family_reference import (
     build_or_skip,
     logits,
     prompt,
@@ -24,8 +24,8 @@ from tests.integrations.family_reference import (  # noqa: E402
     reference_logits,
     tower_runs,
 )
-from visioncache.bench.family_models import FAMILY_MODELS, FamilyModel  # noqa: E402
-from visioncache.integrations.transformers import FAMILIES, CachedVisionModel  # noqa: E402
+from visioncache.bench.family_models import FAMILY_MODELS, FamilyModel
+from visioncache.integrations.transformers import FAMILIES, CachedVisionModel
 
 pytestmark = pytest.mark.slow
 

@@ -17,14 +17,14 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from transformers import vision_utils  # noqa: E402
+from transformers import vision_utils
 
-from tests.integrations.video_reference import VIDEO, chat, noise_frames  # noqa: E402
-from visioncache.errors import ConfigurationError  # noqa: E402
-from visioncache.integrations.transformers import CachedVisionModel  # noqa: E402
-from visioncache.integrations.transformers.video import check_temporal_locality  # noqa: E402
-from visioncache.integrations.transformers.video_pixels import patch_pixels, preprocess_frames  # noqa: E402
-from visioncache.integrations.video.clip import VideoSettings  # noqa: E402
+from tests.integrations.video_reference import VIDEO, chat, noise_frames
+from visioncache.errors import ConfigurationError
+from visioncache.integrations.transformers import CachedVisionModel
+from visioncache.integrations.transformers.video import check_temporal_locality
+from visioncache.integrations.transformers.video_pixels import patch_pixels, preprocess_frames
+from visioncache.integrations.video.clip import VideoSettings
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 av = pytest.importorskip("av")
 
-from tests.integrations.video_reference import (  # noqa: E402
+from tests.integrations.video_reference import (
     IMAGE,
     VIDEO,
     chat,
@@ -25,16 +25,16 @@ from tests.integrations.video_reference import (  # noqa: E402
     noise_frames,
     reference_inputs,
 )
-from visioncache import VisionEmbeddingCache  # noqa: E402
-from visioncache.bench.video_workload import mp4_bytes  # noqa: E402
-from visioncache.errors import (  # noqa: E402
+from visioncache import VisionEmbeddingCache
+from visioncache.bench.video_workload import mp4_bytes
+from visioncache.errors import (
     InvalidImageError,
     PlaceholderMismatchError,
     UnsupportedImageTypeError,
 )
-from visioncache.integrations.transformers import CachedVisionModel, VideoFrames  # noqa: E402
-from visioncache.integrations.video.clip import VideoSettings  # noqa: E402
-from visioncache.integrations.video.decode import decode_frames  # noqa: E402
+from visioncache.integrations.transformers import CachedVisionModel, VideoFrames
+from visioncache.integrations.video.clip import VideoSettings
+from visioncache.integrations.video.decode import decode_frames
 
 pytestmark = pytest.mark.slow
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
+from typing_extensions import override
+
 from visioncache.store import Store
+from visioncache.tiers.base import BaseTier
 from visioncache.tiers.stats import TierSizes
 
 __all__ = ["MemoryTier"]
 
 
-class MemoryTier:
+class MemoryTier(BaseTier):
     """A `Store` of blobs sized by their length; a blob larger than ``max_bytes`` is not kept.
 
     ``keys`` lists what the store still holds of the keys put (the store evicts on its own).
@@ -29,37 +32,45 @@ class MemoryTier:
         self._put: dict[str, None] = {}  # keys put, in order; some may have been evicted since
         self._lock = threading.Lock()
 
+    @override
     def get(self, key: str) -> bytes | None:
         entry = self._store.lookup(key)
         blob: bytes | None = None if entry is None else entry.value
         return blob
 
+    @override
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         return [self.get(key) for key in keys]
 
+    @override
     def put(self, key: str, blob: bytes) -> None:
         # A rejected (too large) blob also drops the key's older blob: nothing stale stays.
         self._store.put(key, blob)
         with self._lock:
             self._put[key] = None
 
+    @override
     def delete(self, key: str) -> None:
         self._store.discard(key)
         with self._lock:
             self._put.pop(key, None)
 
+    @override
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         return [key in self._store for key in keys]
 
+    @override
     def keys(self) -> Iterator[str]:
         with self._lock:
             self._put = {key: None for key in self._put if key in self._store}
             held = list(self._put)
         yield from held
 
+    @override
     def stored_bytes(self, keys: Sequence[str]) -> int:
         return sum(len(blob) for blob in self.get_many(keys) if blob is not None)
 
+    @override
     def sizes(self) -> TierSizes:
         counts = self._store.stats()
         return TierSizes(
@@ -69,5 +80,6 @@ class MemoryTier:
             rejections=counts.rejections,
         )
 
+    @override
     def close(self) -> None:
         self._store.clear()

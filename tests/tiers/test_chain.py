@@ -139,7 +139,7 @@ def test_blob_moved_to_another_key_is_not_served() -> None:
 
 def test_signed_chain_keys_its_tier_keys_so_listing_reveals_no_digest() -> None:
     tier = MemoryTier(2**20)
-    chain = TierChain([tier], secret=b"ours", max_pending_write_bytes=0)
+    chain = TierChain([tier], secrets=[b"ours"], max_pending_write_bytes=0)
     assert chain.save(KEY, VALUE)
     (stored,) = chain.tier_keys(KEY)
     assert stored.startswith("0123456789abcdef/embedding/") and KEY.rsplit("/", 1)[1] not in stored
@@ -148,10 +148,10 @@ def test_signed_chain_keys_its_tier_keys_so_listing_reveals_no_digest() -> None:
 
 
 def test_hmac_rejects_unsigned_and_foreign_signed_blobs_without_deleting_them() -> None:
-    """Defect (#11.11): a reader that cannot verify an entry deleted it, so two fleets rotating
+    """Defect: a reader that cannot verify an entry deleted it, so two fleets rotating
     secrets evicted each other. Now it is a miss, counted as unverified, and left in place."""
     tier = MemoryTier(2**20)
-    chain = TierChain([tier], secret=b"ours", max_pending_write_bytes=0)
+    chain = TierChain([tier], secrets=[b"ours"], max_pending_write_bytes=0)
     (name,) = chain.tier_keys(KEY)
     tier.put(name, dumps(VALUE, context=KEY))  # written by someone without the secret
     assert load(chain, KEY) is None

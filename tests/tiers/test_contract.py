@@ -1,4 +1,5 @@
-"""The tier contract, run against every tier: MemoryTier, DiskTier and RedisTier (standalone and cluster)."""
+"""The tier contract, run against every tier: MemoryTier, DiskTier, RedisTier (standalone and cluster), and
+FourMethodTier (the four methods `BaseTier` asks for, every other one the base's)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.four_method_tier import FourMethodTier
 from tests.support.memory_tier import MemoryTier
 from tests.support.tier_reads import contains
 from visioncache.tiers.base import Tier
@@ -17,11 +19,15 @@ from visioncache.tiers.stats import TierSizes
 KEY = "0123456789abcdef/embedding/" + "ab" * 32
 
 
-@pytest.fixture(params=["memory", "disk", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)])
+@pytest.fixture(
+    params=["memory", "four-method", "disk", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)]
+)
 def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
     made: Tier
     if request.param == "memory":
         made = MemoryTier(max_bytes=64 * 2**20)
+    elif request.param == "four-method":
+        made = FourMethodTier()
     elif request.param == "disk":
         made = DiskTier(tmp_path / "disk", max_bytes=64 * 2**20)
     else:

@@ -1,4 +1,4 @@
-"""Regression tests for issue #18.5: disk-tier faults that lost data silently or leaked space.
+"""Regression testsdisk-tier faults that lost data silently or leaked space.
 
 - The directory deleted at run time (or deleted and recreated by another process): the tier kept
   writing into the deleted, still-open database, counting 20 writes as successes with 0 errors,

@@ -1,4 +1,4 @@
-"""The shared tiers' promises under faults (#10, "Done when"), one contract run against a real disk
+"""The shared tiers' promises under faults, one contract run against a real disk
 directory, a real Redis server and a real 3-node Redis Cluster:
 
 - a locked (disk: another connection holds SQLite's write lock) or stalled (SIGSTOP: the Redis
@@ -12,6 +12,10 @@ Costs are counted (calls that reach the tier, breaker skips), never timed.
 """
 
 from __future__ import annotations
+
+from tests.support.optional import skip_without
+
+skip_without("redis", "redis")
 
 import itertools
 import json

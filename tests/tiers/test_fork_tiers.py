@@ -1,4 +1,4 @@
-"""Regression tests for issue #18.4 (shared tiers): a child forked at any moment never hangs.
+"""Regression testsa child forked at any moment never hangs.
 
 A child forked while the writer was inside the tier guard's or the circuit breaker's lock waited
 forever at its first lookup (every time); 4-5 of 64 children forked while the writer was busy on a
@@ -28,12 +28,12 @@ from tests.support.forks import (
     start_child,
     wait_for_child,
 )
+from tests.support.optional import needs_redis
 from tests.tiers.conftest import free_port
 from visioncache import VisionEmbeddingCache, compute_image_hash
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.disk_store import BoundedCache
-from visioncache.tiers.redis import RedisTier
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -110,9 +110,12 @@ def test_regression_child_forked_while_a_disk_tier_opens_waits_forever(
     assert outcome == "ok", f"the child's first request {outcome}"
 
 
+@needs_redis
 def test_regression_child_forked_while_a_redis_client_is_created_waits_forever() -> None:
     """The same for the Redis tier's client lock (held while a client is created: a cluster
     client connects there). The child's request is served without the (absent) server."""
+    from visioncache.tiers.redis import RedisTier
+
     tier = RedisTier(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.2)
     cache = VisionEmbeddingCache(tiers=TierChain([tier], secrets=[b"fork test"], max_pending_write_bytes=0))
     with held_by_another_thread(tier._client_lock):

@@ -24,7 +24,6 @@ from visioncache.errors import CorruptEntryError
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
 from visioncache.tiers.disk import DiskTier
-from visioncache.tiers.redis import RedisTier
 from visioncache.tiers.serialization import loads
 
 SECRET = b"the fleet's secret"
@@ -61,6 +60,9 @@ def tier_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         return lambda: DiskTier(tmp_path / "disk")
     if REDIS_SERVER is None:
         pytest.skip("needs redis-server")
+    pytest.importorskip("redis", reason="needs redis-py: pip install 'visioncache[redis]'")
+    from visioncache.tiers.redis import RedisTier
+
     server: RedisProcess = request.getfixturevalue("redis_server")
     prefix: str = request.getfixturevalue("redis_prefix")
     return lambda: RedisTier(server.url, key_prefix=prefix, socket_timeout=30.0)

@@ -1,4 +1,4 @@
-"""#10 item 4: a scheduler step's missing images are read from Redis in one round trip per node.
+"""A scheduler step's missing images are read from Redis in one round trip per node.
 
 Round trips are counted where they happen: every request redis-py sends on a connection is one
 ``send_packed_command`` (a pipeline sends all its commands in one). Only the calling thread's
@@ -7,6 +7,10 @@ connection's handshake is setup, not a read.
 """
 
 from __future__ import annotations
+
+from tests.support.optional import skip_without
+
+skip_without("redis", "redis")
 
 import re
 import threading

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from tests.support.optional import skip_without
+
+skip_without("redis", "redis")
+
 from pathlib import Path
 from typing import Any
 

@@ -85,7 +85,7 @@ def test_previous_secrets_need_a_current_one(tmp_path: Path) -> None:
 def test_constructing_a_cache_with_disk_dir_set_creates_nothing_and_starts_no_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Defect (#10.3): `VisionEmbeddingCache()` read VISIONCACHE_*, created a database, wrote a
+    """Defect: `VisionEmbeddingCache()` read VISIONCACHE_*, created a database, wrote a
     namespace record and started a writer thread."""
     directory = tmp_path / "disk"
     monkeypatch.setenv("VISIONCACHE_DISK_DIR", str(directory))

@@ -125,7 +125,7 @@ def test_an_unused_writer_is_collected_and_its_thread_ends() -> None:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_regression_writer_restarts_in_a_forked_child(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Defect (#11.4): a forked child inherited a "started" writer with no thread, so nothing it
+    """Defect: a forked child inherited a "started" writer with no thread, so nothing it
     queued was ever written and its exit waited 10 s."""
     writer = BackgroundWriter(1000)
     writer.submit(1, job(lambda: None))  # the parent's thread is running

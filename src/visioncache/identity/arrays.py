@@ -1,7 +1,7 @@
 """The digest of an array: its dtype described in full, its shape, and its bytes in C order.
 
 Why in full: ``dtype.str`` names a numeric dtype exactly (``'<f4'``: byte order, kind, item size),
-but is ``'|V8'`` for every structured, sub-array or void dtype of 8 bytes (issue #18.6), so the
+but is ``'|V8'`` for every structured, sub-array or void dtype of 8 bytes, so the
 same bytes as any of those had one digest. Numeric dtypes keep ``dtype.str`` (and the digests they
 always had); the others are described field by field.
 """

@@ -1,6 +1,6 @@
 """The digest of a PIL image: everything that changes what its pixels mean, for every frame.
 
-What the digest covers, mode by mode (each has a collision test in tests/test_identity_pil.py):
+What the digest covers, mode by mode (each has a collision test in tests/identity/test_pil.py):
 
 - the mode string: ``L``/``P``/``I;16``/``I;16B``/``F``/``LA``/``La``/``PA``/``RGBa``/``CMYK``/``YCbCr``
   … can hold the same raw bytes with different meanings;
@@ -12,7 +12,7 @@ What the digest covers, mode by mode (each has a collision test in tests/test_id
 - the EXIF orientation (2 to 8; ``ImageOps.exif_transpose`` reads it, and transformers'
   ``load_image``, mlx-vlm and `visioncache.integrations.transformers.images` transpose by it before
   encoding): an oriented image hashes under its own domain with the orientation, so it never shares
-  a key with the same pixels upright (issue #18.6). Orientation 1, none, or a value the transpose
+  a key with the same pixels upright. Orientation 1, none, or a value the transpose
   ignores leaves the digest as it was. So two images share a key only if every loader encodes
   them alike; an oriented image and its transposed copy encode alike through ``exif_transpose``
   but get different keys (a loader that ignores EXIF encodes them differently): a miss, never a

@@ -1,6 +1,6 @@
 """Video identity: what names a video file's frame index, a prepared frame and a temporal patch.
 
-Videos go through the same hasher as images (issue #19.3): a video file is content, so its digest
+Videos go through the same hasher as images: a video file is content, so its digest
 is the hasher's digest of its path or bytes (a regular file only, read within ``max_image_bytes``,
 memoised by file state, equal for the same bytes in every form), and a decoded frame is an array,
 digested with its dtype and shape like any other. What a cache stores for a video is named by the

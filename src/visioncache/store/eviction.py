@@ -11,10 +11,10 @@ split). Two policies:
   seconds of vision encoder).
 
 Every method runs under the store's lock: hits, which take no lock, are buffered by the store and
-handed to `touch` in order before the next write, eviction or admission (issue #18.2: a lock-free
+handed to `touch` in order before the next write, eviction or admission (a lock-free
 reorder raced an eviction's iteration). A policy never holds a reference to an entry or a value:
 what it remembers is keys and numbers, and no more records than twice the entries it orders, plus
-a constant (issue #18.3: records of replaced, evicted and pinned entries kept their values alive).
+a constant (records of replaced, evicted and pinned entries kept their values alive).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ Every cache level holds one `Store` (docs/design.md, principle 2). Guarantees:
   its key to a list of recent hits (each one atomic C operation under the GIL), and never touches
   the order itself. Everything that reads or changes the order (the policy's touch, admissions,
   evictions) runs under the one lock, which first applies the buffered hits in order; a hit also
-  applies them once more than ``TOUCH_BUFFER`` wait, if the lock is free (issue #18.2: a lock-free
+  applies them once more than ``TOUCH_BUFFER`` wait, if the lock is free (a lock-free
   reorder raced an eviction iterating the order). Counters are per-thread tallies
   (`ThreadCounters`), exact under concurrency. Writes, evictions, pins and claims of missing keys
   are serialised by the lock. ``max_entries=0`` disables the store: nothing is stored or counted

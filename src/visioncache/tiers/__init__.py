@@ -3,7 +3,7 @@ writer, the serialization of array trees, and `TierSettings`, the one way to con
 face of the tiers package: it re-exports (the Redis tier lives in `visioncache.tiers.redis`, which
 needs ``visioncache[redis]``)."""
 
-from visioncache.tiers.base import Tier
+from visioncache.tiers.base import BaseTier, Tier
 from visioncache.tiers.chain import (
     DEFAULT_MAX_PENDING_WRITE_BYTES,
     TierChain,
@@ -18,6 +18,7 @@ from visioncache.tiers.stats import ChainStats, TierCounts, TierSizes, TierStats
 __all__ = [
     "DEFAULT_MAX_PENDING_WRITE_BYTES",
     "ENV_PREFIX",
+    "BaseTier",
     "ChainStats",
     "DiskTier",
     "Tier",

@@ -83,7 +83,6 @@ class TierChain:
         tiers: Sequence[Tier],
         *,
         secrets: Sequence[bytes] = (),
-        secret: bytes | None = None,
         retry_interval: float = defaults.RETRY_INTERVAL,
         max_pending_write_bytes: int = defaults.MAX_PENDING_WRITE_BYTES,
         clock: Callable[[], float] = time.monotonic,
@@ -92,9 +91,9 @@ class TierChain:
         names = [tier.name for tier in tiers]
         if not tiers or len(set(names)) != len(names):
             raise ConfigurationError(f"a TierChain needs tiers with unique names, got {names}")
-        accepted = [*secrets, *([secret] if secret is not None else [])]
-        if secrets and secret is not None:
-            raise ConfigurationError("pass secrets=[...] or secret=..., not both")
+        if isinstance(secrets, (bytes, bytearray, str)):
+            raise ConfigurationError("TierChain secrets: expected a list of secrets, e.g. secrets=[b'...']")
+        accepted = list(secrets)
         if not all(isinstance(item, bytes) and item for item in accepted):
             raise ConfigurationError("HMAC secrets must be non-empty bytes")
         kinds.size_or_zero(max_pending_write_bytes, "max_pending_write_bytes", False)

@@ -37,10 +37,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from typing_extensions import override
+
 from visioncache import forking
 from visioncache.errors import CorruptEntryError
 from visioncache.tiers import defaults
 from visioncache.tiers import setting_kinds as kinds
+from visioncache.tiers.base import BaseTier
 from visioncache.tiers.disk_store import SETTINGS, BoundedCache, BytesOnlyDisk, close_abandoned
 from visioncache.tiers.stats import TierSizes
 
@@ -57,7 +60,7 @@ class DirectoryReplacedError(OSError):
     """The tier's directory was deleted or replaced while a write ran: the write is lost."""
 
 
-class DiskTier:
+class DiskTier(BaseTier):
     """A diskcache-backed tier. ``max_bytes=None`` keeps the directory's existing limit.
 
     ``timeout`` bounds how long any operation waits for SQLite's lock held by another process;
@@ -142,11 +145,13 @@ class DiskTier:
         return BoundedCache(self.directory, open_timeout=self.timeout, timeout=self.timeout, **settings)
 
     # ---- the tier interface ----------------------------------------------------------------------
+    @override
     def get(self, key: str) -> bytes | None:
         with self._gate.entered():
             blob: bytes | None = self._cache().get(key, default=None, retry=False)
         return blob
 
+    @override
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """One transaction (one lock wait at most). An entry that cannot be read as bytes (e.g.
         pickled by another program) answers ``b""``, which the chain treats as corrupt."""
@@ -163,6 +168,7 @@ class DiskTier:
             return b""
         return blob
 
+    @override
     def put(self, key: str, blob: bytes) -> None:
         """Store ``blob``; raises if the write failed, and leaves no file of it behind then."""
         with self._gate.entered():
@@ -181,15 +187,18 @@ class DiskTier:
             if not cache.cull_to_limit(key):  # it alone, with the database, exceeds the bound
                 self._rejections += 1
 
+    @override
     def delete(self, key: str) -> None:
         with self._gate.entered():
             self._cache().delete(key, retry=False)
 
+    @override
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         with self._gate.entered():
             cache = self._cache()
             return [key in cache for key in keys]
 
+    @override
     def keys(self) -> Iterator[str]:
         """Every stored key (for `visioncache stats`); iterating does not touch LRU order. Read
         whole before the first is yielded: a fork must never wait for a paused iteration."""
@@ -197,6 +206,7 @@ class DiskTier:
             keys = [str(key) for key in self._cache().iterkeys()]
         yield from keys
 
+    @override
     def sizes(self) -> TierSizes:
         with self._gate.entered():
             if self._opened is None and not os.path.isdir(self.directory):
@@ -211,11 +221,13 @@ class DiskTier:
                 reopens=self._reopens,
             )
 
+    @override
     def stored_bytes(self, keys: Sequence[str]) -> int:
         """The directory's volume (database and value files): every key's share, records included."""
         with self._gate.entered():
             return int(self._cache().volume())
 
+    @override
     def close(self) -> None:
         with self._gate.entered():
             if self._opened is not None:

@@ -20,11 +20,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from typing_extensions import override
+
 from visioncache import forking
 from visioncache.errors import ConfigurationError, CorruptEntryError
 from visioncache.extras import requires
 from visioncache.tiers import defaults
 from visioncache.tiers import setting_kinds as kinds
+from visioncache.tiers.base import BaseTier
 from visioncache.tiers.stats import TierSizes
 
 with requires("redis", "the Redis tier (visioncache.tiers.redis)"):
@@ -39,7 +42,7 @@ __all__ = ["RedisTier"]
 _SCAN_BATCH = 1000
 
 
-class RedisTier:
+class RedisTier(BaseTier):
     """A tier on one Redis/Valkey server (``cluster=False``) or a Redis Cluster (``cluster=True``)."""
 
     def __init__(
@@ -84,6 +87,7 @@ class RedisTier:
                     self._created = factory.from_url(self._url, **self._options)
         return self._created
 
+    @override
     def get(self, key: str) -> bytes | None:
         try:
             blob: bytes | None = self._client.get(self.key_prefix + key)
@@ -91,6 +95,7 @@ class RedisTier:
             raise CorruptEntryError(f"redis key {key!r}: {error}") from error
         return blob
 
+    @override
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         names = [self.key_prefix + key for key in keys]
         if not names:
@@ -101,24 +106,29 @@ class RedisTier:
         )
         return blobs
 
+    @override
     def put(self, key: str, blob: bytes) -> None:
         self._client.set(self.key_prefix + key, blob, ex=self.ttl_seconds)
 
+    @override
     def delete(self, key: str) -> None:
         self._client.delete(self.key_prefix + key)
 
+    @override
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         pipeline = self._client.pipeline(transaction=False)  # one round trip (per node)
         for key in keys:
             pipeline.exists(self.key_prefix + key)
         return [bool(found) for found in pipeline.execute()]
 
+    @override
     def keys(self) -> Iterator[str]:
         """Every key under ``key_prefix``, prefix removed (SCAN: it does not block the server)."""
         pattern = _escape_glob(self.key_prefix) + "*"
         for raw_key in self._client.scan_iter(match=pattern, count=_SCAN_BATCH):
             yield raw_key.decode("utf-8", "surrogateescape")[len(self.key_prefix) :]
 
+    @override
     def stored_bytes(self, keys: Sequence[str]) -> int:
         """Memory the server uses for ``keys`` (MEMORY USAGE does not refresh their LRU clocks)."""
         pipeline = self._client.pipeline(transaction=False)
@@ -126,9 +136,11 @@ class RedisTier:
             pipeline.memory_usage(self.key_prefix + key, samples=0)
         return sum(usage or 0 for usage in pipeline.execute())
 
+    @override
     def sizes(self) -> TierSizes:
         return TierSizes()  # the server knows its sizes; asking it would be a network call
 
+    @override
     def close(self) -> None:
         if self._created is not None:
             self._created.close()

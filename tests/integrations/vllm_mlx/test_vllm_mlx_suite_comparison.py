@@ -16,7 +16,7 @@ pytest.importorskip("vllm_mlx", reason="vllm-mlx is not installed (pip install '
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import compare_vllm_mlx_suite as comparison  # noqa: E402
+import compare_vllm_mlx_suite as comparison
 
 pytestmark = pytest.mark.slow
 

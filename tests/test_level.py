@@ -1,4 +1,4 @@
-"""#10 item 5: where a value lives does not depend on where it came from.
+"""where a value lives does not depend on where it came from.
 
 A value read from a tier is placed on the embedding level's device: ``embedding_device=`` when
 given, else the device of the last value the level computed, else the CPU (as deserialised). Its
@@ -8,14 +8,34 @@ tensor that ends up there was moved on purpose (nothing else produces it).
 
 from __future__ import annotations
 
+from tests.support.optional import skip_without
+
+skip_without("torch", "hf")  # placement is about torch devices
+
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from tests.conftest import encode_image, random_image
+from tests.support.cache_values import (
+    JOIN_SECONDS,
+    A,
+    Encoder,
+    UnsizableArray,
+    run_with_timeout,
+    sparse_value,
+    value_of,
+)
 from tests.support.memory_tier import MemoryTier
-from visioncache import VisionEmbeddingCache, compute_image_hash
+from visioncache import (
+    EncoderOutputError,
+    VisionEmbeddingCache,
+    compute_image_hash,
+)
+from visioncache.store.store import Store
 from visioncache.tiers.chain import TierChain
 from visioncache.trees import tree_nbytes
 
@@ -102,3 +122,33 @@ def test_numpy_values_from_a_tier_are_left_as_they_are() -> None:
     writer.encode_images(IMAGES[:1], lambda images: [np.ones((2, 3), np.float32) for _ in images])
     (value,) = reader(tier, embedding_device="meta").get_image_embeddings(IMAGES[:1])
     assert isinstance(value, np.ndarray) and np.array_equal(value, np.ones((2, 3), np.float32))
+
+
+# ---- a request can hang forever ----------------------------------------------------------
+@pytest.mark.parametrize(
+    "unsizable", [sparse_value, lambda _images: [UnsizableArray()]], ids=["sparse", "raises"]
+)
+def test_regression_unsizable_value_releases_its_claim(unsizable: Callable[[list[bytes]], list[Any]]) -> None:
+    """Sizing the value raised inside `fulfil` before the claim was retired, so the next
+    request for that image waited forever. Now: `EncoderOutputError`, and the claim is released."""
+    cache = VisionEmbeddingCache()
+    with pytest.raises(EncoderOutputError, match="cannot size"):
+        run_with_timeout(lambda: cache.encode_images([A], unsizable))
+    # A second request for the same image must not hang on the dead claim: it encodes it.
+    value = run_with_timeout(lambda: cache.encode_images([A], Encoder())[0])
+    assert np.array_equal(value, value_of(A))
+    stats = cache.snapshot().levels["embedding"]
+    assert (stats.entries, stats.computed) == (1, 1)  # the unsizable value was never stored
+
+
+def test_regression_unsizable_value_wakes_the_waiters_with_the_error() -> None:
+    """At the store: a waiter joined before the owner's value turned out unsizable gets the
+    error (no hang), and the next claim owns the key again."""
+    store = Store(max_entries=4)
+    owner, waiter = store.claim("k"), store.claim("k")
+    assert owner.owner and waiter.future is not None and not waiter.owner
+    with pytest.raises(EncoderOutputError):
+        store.fulfil("k", torch.zeros(3, 3).to_sparse())
+    with pytest.raises(EncoderOutputError):
+        waiter.future.result(timeout=JOIN_SECONDS)
+    assert store.claim("k").owner and "k" not in store and store.nbytes == 0

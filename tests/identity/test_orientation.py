@@ -1,4 +1,4 @@
-"""EXIF orientation and identity (issue #18.6): two inputs share a key only if every loader encodes
+"""EXIF orientation and identity: two inputs share a key only if every loader encodes
 them alike.
 
 The defect: PIL images with the same pixels and EXIF orientation 1 vs 3 got one key, while

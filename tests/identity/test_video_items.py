@@ -1,4 +1,4 @@
-"""Video identity (issue #19.3, and #18.6's third bullet): one identity path for images and videos.
+"""Video identity: one identity path for images and videos.
 
 The defect: video files were hashed by a second path (`file_digest`: mmap of any path, no size
 bound, no regular-file check, no memo), and the cache's keys for a video's file index, frames and

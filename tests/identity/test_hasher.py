@@ -82,7 +82,7 @@ VOID_DTYPES_OF_8_BYTES = {
 
 
 def test_regression_structured_and_void_dtypes_of_one_itemsize_share_a_digest():
-    """#18.6: the digest framed ``dtype.str``, which is ``'|V8'`` for every structured, sub-array
+    """The digest framed ``dtype.str``, which is ``'|V8'`` for every structured, sub-array
     and void dtype of 8 bytes: the same bytes as any of them had one digest."""
     assert {dtype.str for dtype in VOID_DTYPES_OF_8_BYTES.values()} == {"|V8"}
     raw = np.arange(32, dtype=np.uint8)

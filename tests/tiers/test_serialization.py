@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import mlx.core as mx
 import numpy as np
 import pytest
 import safetensors.numpy
-import torch
 
 from tests.support.blobs import forged_tree
+from tests.support.optional import mx, needs_mlx, needs_torch, torch
 from visioncache.entries import EncodingCacheEntry, PixelCacheEntry, PixelOnlyCacheEntry
 from visioncache.errors import CorruptEntryError, UnserializableValueError
 from visioncache.tiers import serialization
@@ -31,21 +30,29 @@ NUMPY_DTYPES = [
     "float64",
     "complex64",
 ]
-TORCH_DTYPES = [
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-]
-MLX_DTYPES = [mx.bool_, mx.uint8, mx.int32, mx.int64, mx.float16, mx.bfloat16, mx.float32, mx.float64]
+TORCH_DTYPES = (
+    []
+    if torch is None
+    else [
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    ]
+)
+MLX_DTYPES = (
+    []
+    if mx is None
+    else [mx.bool_, mx.uint8, mx.int32, mx.int64, mx.float16, mx.bfloat16, mx.float32, mx.float64]
+)
 
 
 def round_trip(tree: Any, **options: Any) -> Any:
@@ -70,6 +77,7 @@ def test_numpy_non_contiguous_and_nan_exact() -> None:
 
 
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
+@needs_torch
 def test_torch_round_trip(dtype: torch.dtype) -> None:
     tensor = torch.linspace(-3, 3, 12).reshape(3, 4).to(dtype)
     result = round_trip(tensor)
@@ -79,6 +87,7 @@ def test_torch_round_trip(dtype: torch.dtype) -> None:
     assert torch.equal(result.view(bits), tensor.view(bits))
 
 
+@needs_torch
 def test_torch_view_requires_grad_and_scalar() -> None:
     base = torch.randn(4, 4, requires_grad=True)
     tree = {"view": base.T[1:], "scalar": torch.tensor(2.5, dtype=torch.bfloat16)}
@@ -90,6 +99,7 @@ def test_torch_view_requires_grad_and_scalar() -> None:
 
 
 @pytest.mark.parametrize("dtype", MLX_DTYPES, ids=str)
+@needs_mlx
 def test_mlx_round_trip(dtype: Any) -> None:
     array = mx.array(np.linspace(-2, 2, 6).reshape(2, 3)).astype(dtype)
     result = round_trip(array)
@@ -98,12 +108,15 @@ def test_mlx_round_trip(dtype: Any) -> None:
     assert mx.array_equal(result, array).item()
 
 
+@needs_mlx
 def test_mlx_bfloat16_bits_exact() -> None:
     array = mx.array([1.0 / 3, -1e-3, 65504.0, 3.0e38], dtype=mx.bfloat16)
     result = round_trip(array)
     assert np.array_equal(np.array(result.view(mx.uint16)), np.array(array.view(mx.uint16)))
 
 
+@needs_torch
+@needs_mlx
 def test_entry_dataclasses_round_trip() -> None:
     pixel = PixelCacheEntry(
         pixel_values=np.ones((4, 3), np.float32),
@@ -145,8 +158,14 @@ def test_nested_tree_keeps_container_types_and_scalars() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [object(), {1: "int key"}, np.array(["a"], dtype=object), torch.zeros(2).to_sparse(), {1, 2}],
-    ids=["object", "int-key", "object-dtype", "sparse", "set"],
+    [
+        object(),
+        {1: "int key"},
+        np.array(["a"], dtype=object),
+        {1, 2},
+        *([torch.zeros(2).to_sparse()] if torch is not None else []),
+    ],
+    ids=["object", "int-key", "object-dtype", "set", *(["sparse"] if torch is not None else [])],
 )
 def test_unsupported_values_raise(value: Any) -> None:
     with pytest.raises(UnserializableValueError):

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
+from tests.support.cache_values import (
+    JOIN_SECONDS,
+)
 from tests.support.internals import get
 from visioncache.store.store import PutResult, Store
 
@@ -128,3 +134,52 @@ def test_clear_keeps_pins():
     assert len(store) == 0 and store.stats().hits == 0
     store.put("a", 1)
     assert store.put("b", 2) is PutResult.REJECTED  # a is still pinned
+
+
+# ---- store-then-retire gap ---------------------------------------------------------------
+class GapStore(Store):
+    """A store that runs queued hooks right after each `put` returns.
+
+    A store whose `fulfil` stores with `put` and retires the claim afterwards (the defect) runs the
+    hook inside that gap, which is what a concurrent thread may do there; a store that stores and
+    retires under one lock never calls `put` from `fulfil`, so the hook runs after `fulfil`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hooks: list[Callable[[], None]] = []
+
+    def put(self, key: str, value: Any, *, cost: float = 0.0) -> Any:
+        result = super().put(key, value, cost=cost)
+        while self.hooks:
+            self.hooks.pop()()
+        return result
+
+
+def test_regression_store_then_retire_gap_loses_the_pinned_value() -> None:
+    """Between storing a fresh (unpinned) value and retiring its claim, a concurrent put
+    could evict it; a request that pinned the image then joined the stale claim, got the value,
+    and nothing was stored under its pin. Constructed deterministically with `GapStore`."""
+    store = GapStore(max_entries=1)
+    assert store.claim("image").owner
+    seen: dict[str, Any] = {}
+
+    def concurrent_request() -> None:
+        store.put("other", "other value")  # another request's value evicts the fresh entry
+        store.pin("image")  # a request admitted now pins its image ...
+        seen["claim"] = store.claim("image")  # ... and looks it up
+
+    store.hooks.append(concurrent_request)
+    store.fulfil("image", "value")
+    if store.hooks:  # no gap in this store: the request comes right after
+        store.hooks.pop()()
+    claim = seen["claim"]
+    if claim.owner:  # the entry was gone and nobody computes it: the request computes it
+        store.fulfil("image", "value")
+    elif claim.future is not None:
+        assert claim.future.result(timeout=JOIN_SECONDS) == "value"
+    assert "image" in store, "the pinned request's image was not stored under its pin"
+    store.put("third", "x")  # the budget is one entry; a pinned one is not evicted
+    assert "image" in store and "third" not in store
+    store.unpin("image")
+    assert store.stats().pinned == 0

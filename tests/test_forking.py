@@ -1,4 +1,4 @@
-"""Regression tests for issue #18.4: a child forked at any moment never waits forever.
+"""Regression testsa child forked at any moment never waits forever.
 
 The fork hooks covered stores and the writer's queue, not the other locks visioncache threads hold,
 so a child forked while one of its parent's threads was inside one of them inherited it held, by a

@@ -1,4 +1,4 @@
-"""Regression tests for issue #18.2: hits and evictions are correct by construction.
+"""Regression testshits and evictions are correct by construction.
 
 The defect: a lock-free hit reordered the store's ``OrderedDict`` (``move_to_end``) while an
 eviction, under the store's lock, iterated it (``next(iter(lru))``), so a thread switch between

@@ -154,7 +154,7 @@ def test_the_cache_passes_its_policy_to_every_level() -> None:
         Store(policy="random")
 
 
-# ---- #18.3: the policy's bookkeeping never keeps a value alive, and stays proportional ---------
+# ---- the policy's bookkeeping never keeps a value alive, and stays proportional ---------
 def _alive(references: list[weakref.ref[np.ndarray]]) -> int:
     gc.collect()
     return sum(reference() is not None for reference in references)
