@@ -27,6 +27,7 @@ import pytest
 
 from tests.support.docs_facts import ROOT, Facts, RecordingEnviron, settings_written_in_src
 from tests.support.markdown import Block, code_spans, commands, fenced_blocks, links, prose
+from tests.support.optional import needs_redis
 from visioncache.errors import MissingExtraError
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -137,6 +138,7 @@ def test_inline_commands_name_what_exists(page: Path) -> None:
     assert problems == []
 
 
+@needs_redis  # the Redis settings are read by building a Redis tier
 def test_every_setting_named_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from visioncache import VisionEmbeddingCache
 

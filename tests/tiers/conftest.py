@@ -110,6 +110,7 @@ class RedisProcess:
 @pytest.fixture(scope="session")
 def redis_process_factory() -> Iterator[Callable[[], RedisProcess]]:
     """Starts servers on free ports; each is killed at the end of the session."""
+    pytest.importorskip("redis", reason="needs redis-py: pip install 'visioncache[redis]'")
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not on PATH (the project's `make test` installs it)")
     started: list[RedisProcess] = []
@@ -219,6 +220,7 @@ class RedisClusterProcesses:
 @pytest.fixture(scope="session")
 def redis_cluster_factory() -> Iterator[Callable[[], RedisClusterProcesses]]:
     """Starts 3-master clusters on free loopback ports; each is killed at the end of the session."""
+    pytest.importorskip("redis", reason="needs redis-py: pip install 'visioncache[redis]'")
     if REDIS_SERVER is None or REDIS_CLI is None:
         pytest.skip("redis-server or redis-cli is not on PATH (the project's `make test` installs them)")
     started: list[RedisClusterProcesses] = []

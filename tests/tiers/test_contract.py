@@ -31,6 +31,7 @@ def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
     elif request.param == "disk":
         made = DiskTier(tmp_path / "disk", max_bytes=64 * 2**20)
     else:
+        pytest.importorskip("redis", reason="needs redis-py: pip install 'visioncache[redis]'")
         from visioncache.tiers.redis import RedisTier
 
         cluster = request.param == "redis-cluster"

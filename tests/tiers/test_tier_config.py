@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.optional import needs_redis
 from tests.support.tier_reads import load
 from visioncache import VisionEmbeddingCache
 from visioncache.errors import ConfigurationError
@@ -31,6 +32,7 @@ def environment(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@needs_redis
 def test_from_env_builds_the_tiers_it_names(tmp_path: Path) -> None:
     assert chain_from_env(environ={}) is None
     chain = chain_from_env(environ=environment(tmp_path))
@@ -55,7 +57,7 @@ def test_from_env_builds_the_tiers_it_names(tmp_path: Path) -> None:
         ("VISIONCACHE_RETRY_INTERVAL", "inf"),
         ("VISIONCACHE_DISK_TIMEOUT", "0"),
         ("VISIONCACHE_REDIS_CLUSTER", "maybe"),
-        ("VISIONCACHE_REDIS_URL", "redis://host:notaport/0"),
+        pytest.param("VISIONCACHE_REDIS_URL", "redis://host:notaport/0", marks=needs_redis),
         ("VISIONCACHE_MAX_PENDING_WRITE_BYTES", "lots"),
     ],
 )

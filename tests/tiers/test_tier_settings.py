@@ -79,7 +79,7 @@ def test_the_defaults_are_the_same_from_every_source() -> None:
         ("disk_max_bytes", "0"),
         ("disk_timeout", "0"),
         ("redis_url", "cache:6379"),
-        ("redis_url", "redis://host:notaport/0"),
+        pytest.param("redis_url", "redis://host:notaport/0", marks=needs_redis),
         ("redis_ttl", "soon"),
         ("redis_ttl", "1.5"),
         ("redis_timeout", "nan"),
@@ -201,6 +201,7 @@ def test_the_chain_gets_every_setting(tmp_path: Path) -> None:
     ],
     ids=["environment", "vllm", "serve-mlx"],
 )
+@needs_redis
 def test_regression_unsigned_tier_warning_names_the_integrations_secret_setting(
     build: object, named: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

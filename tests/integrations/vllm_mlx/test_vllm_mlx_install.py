@@ -26,18 +26,12 @@ from visioncache import ConfigurationError
 from visioncache.integrations import vllm_mlx
 from visioncache.integrations.vllm_mlx import VisionCacheSettings, install
 from visioncache.integrations.vllm_mlx.launcher import check_model_type, serve
+from visioncache.integrations.vllm_mlx.patches import GENERATOR_METHODS
 from visioncache.integrations.vllm_mlx.settings import weights_identity
 
 generator_module = pytest.importorskip("vllm_mlx.mllm_batch_generator")
 scheduler_module = pytest.importorskip("vllm_mlx.mllm_scheduler")
-PATCHED = (
-    "__init__",
-    "_process_prompts",
-    "_preprocess_request",
-    "_run_vision_encoding",
-    "_language_model_kwargs",
-    "get_vision_cache_stats",
-)
+PATCHED = GENERATOR_METHODS  # from the seam table (compat.SEAMS)
 
 
 def current_code() -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""visioncache inside vllm-mlx's OpenAI server (continuous-batching MLLM engine), for Qwen2-VL and
-Qwen2.5-VL on mlx-vlm.
+"""visioncache inside vllm-mlx's OpenAI server (continuous-batching MLLM engine), for every model
+family mlx-vlm runs that `visioncache.integrations.mlx_vlm.families` describes and a self-check on
+the loaded model proves exact (docs/families.md lists them); any other model runs vllm-mlx's code.
 
 Run the server with ``visioncache serve-mlx MODEL [vllm-mlx serve flags] [--vision-cache-* flags]``
 (``visioncache.commands.serve_mlx``; ``python -m visioncache serve-mlx ...`` is the same); embed it
@@ -15,7 +16,8 @@ with `install`. What changes inside the engine:
   image-aware ids (`kv_keys`): turn N+1 of an image chat reuses turn N's KV and prefills only the
   new tail, from the cached features, at the right rotary positions.
 
-Exactly vllm-mlx ``SUPPORTED_VLLM_MLX_VERSION`` is supported; `install` lists what it patches.
+Exactly vllm-mlx ``SUPPORTED_VLLM_MLX_VERSION`` is supported; `compat.SEAMS` lists every vllm-mlx
+name used, and `install` what each patch does.
 """
 
 from __future__ import annotations

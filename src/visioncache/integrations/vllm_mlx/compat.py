@@ -1,49 +1,123 @@
-"""The vllm-mlx version this integration is written against, checked before anything is patched.
+"""Every vllm-mlx name the integration touches, in one table, checked before any is used.
 
-The integration wraps a few methods of vllm-mlx's ``MLLMBatchGenerator`` (listed in the package
-docstring). Their bodies are not stable API, so exactly one release is supported; another one is
-refused with a message naming both versions, before any attribute is touched, so vllm-mlx is
-never left half-patched.
+vllm-mlx's internals are not stable API, so exactly one release is supported (another is refused
+with a message naming both versions), and `SEAMS` lists each name the integration patches, calls,
+reads, or relies on vllm-mlx's code assigning, with the parameters it passes or the fields it reads.
+A module of vllm-mlx is imported only through `checked_module`, which checks the version and every
+seam of that module first: a release that renamed one fails with its name, before anything is
+patched. `patches` and `install` derive what they replace from the table (`patched`), and
+tests/integrations/vllm_mlx/test_vllm_mlx_seams.py ties the table to the code: every seam exists in
+the supported release, the replacements are exactly the patched seams, and no module of the
+integration imports vllm-mlx except through here.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
+from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
+from typing import Literal
 
-from visioncache import ConfigurationError
+from visioncache import ConfigurationError, forking
 from visioncache.extras import missing_extra
 from visioncache.versions import require_version
 
 __all__ = [
     "INSTALL_HINT",
-    "PATCHED_FUNCTION",
-    "REQUIRED_METHODS",
+    "SEAMS",
     "SUPPORTED_VLLM_MLX_VERSION",
+    "Seam",
+    "checked_module",
     "import_batch_generator_module",
     "import_scheduler_module",
     "installed_version",
+    "patched",
+    "seam_problems",
 ]
 
 SUPPORTED_VLLM_MLX_VERSION = "0.6.0"
 INSTALL_HINT = f"pip install 'visioncache[vllm-mlx]' (vllm-mlx=={SUPPORTED_VLLM_MLX_VERSION})"
 
-# Every MLLMBatchGenerator method the integration wraps (patches.GENERATOR_METHODS) or calls, with
-# the parameters it relies on, and the module function it replaces.
-REQUIRED_METHODS = {
-    "__init__": ("model", "processor", "prefix_cache_config"),
-    "_process_prompts": ("requests",),
-    "_preprocess_request": ("request",),
-    "_language_model_kwargs": ("request", "position_start", "position_end"),
-    "_run_vision_encoding": ("request", "cache"),
-    "get_vision_cache_stats": (),
-    # called, not patched:
-    "_release_preprocessed_inputs": ("request",),
-}
-PATCHED_FUNCTION = "is_text_only_prefix_cache_request"
-_REQUIRED_REQUEST_FIELDS = ("images", "videos", "audio", "prompt", "input_ids", "extra_kwargs")
+Use = Literal["patched", "called", "read", "assigned"]
+GENERATOR = "vllm_mlx.mllm_batch_generator"
+SCHEDULER = "vllm_mlx.mllm_scheduler"
+
+
+@dataclass(frozen=True)
+class Seam:
+    """One vllm-mlx name: ``module``'s attribute ``path`` (dotted: ``Class.method``) and its use.
+
+    ``patched``: replaced by `install` (its ``parameters`` are the ones the replacement relies on);
+    ``called``: called with ``parameters``; ``read``: read (for a dataclass, ``parameters`` are
+    the fields read); ``assigned``: an instance attribute vllm-mlx's code assigns in ``module``
+    and the integration reads (checked in the module's source).
+    """
+
+    module: str
+    path: str
+    use: Use
+    parameters: tuple[str, ...] = ()
+
+    @property
+    def owner(self) -> str:
+        """The class holding the name, or "" for a module-level name."""
+        return self.path.rpartition(".")[0]
+
+    @property
+    def name(self) -> str:
+        return self.path.rpartition(".")[2]
+
+
+SEAMS: tuple[Seam, ...] = (
+    # the batch generator (patches.py: generator replacements)
+    Seam(GENERATOR, "MLLMBatchGenerator.__init__", "patched", ("model", "processor", "prefix_cache_config")),
+    Seam(GENERATOR, "MLLMBatchGenerator._process_prompts", "patched", ("requests",)),
+    Seam(GENERATOR, "MLLMBatchGenerator._preprocess_request", "patched", ("request",)),
+    Seam(GENERATOR, "MLLMBatchGenerator._run_vision_encoding", "patched", ("request", "cache")),
+    Seam(
+        GENERATOR,
+        "MLLMBatchGenerator._language_model_kwargs",
+        "patched",
+        ("request", "position_start", "position_end"),
+    ),
+    Seam(GENERATOR, "MLLMBatchGenerator.get_vision_cache_stats", "patched"),
+    Seam(GENERATOR, "is_text_only_prefix_cache_request", "patched", ("request",)),
+    Seam(GENERATOR, "MLLMBatchGenerator._release_preprocessed_inputs", "called", ("request",)),
+    Seam(GENERATOR, "MLLMBatchGenerator._chunked_prefill_budget", "assigned"),  # chunked prefill is on
+    Seam(
+        GENERATOR,
+        "MLLMBatchRequest",
+        "read",
+        ("images", "videos", "audio", "prompt", "input_ids", "extra_kwargs"),
+    ),
+    # the scheduler (patches.py: scheduler replacements): built at server start with the model
+    Seam(SCHEDULER, "MLLMScheduler.__init__", "patched", ("model", "processor")),
+    Seam(SCHEDULER, "MLLMScheduler.add_request", "patched", ("prompt", "images")),
+    # the prefix cache the generator's prefix_cache wraps (prefix_cache.py)
+    Seam("vllm_mlx.memory_cache", "MemoryAwarePrefixCache._last_matched_key", "assigned"),
+    # images (images.py, uploads.py)
+    Seam("vllm_mlx.models.mllm", "process_image_input", "called", ("image",)),
+    Seam("vllm_mlx.models.mllm", "MAX_BASE64_IMAGE_LENGTH", "read"),
+    Seam("vllm_mlx.models.mllm", "MAX_IMAGE_SIZE", "read"),
+    # the server (launcher.py, handle_api.py, tenants.py, metrics.py)
+    Seam("vllm_mlx.cli", "create_parser", "called"),
+    Seam("vllm_mlx.cli", "serve_command", "called", ("args",)),
+    Seam("vllm_mlx.server", "app", "read"),
+    Seam("vllm_mlx.server", "security", "read"),
+    Seam("vllm_mlx.server", "verify_api_key", "read", ("credentials",)),
+    Seam("vllm_mlx.metrics", "metrics", "read"),
+)
+
+_checked: set[str] = set()  # modules whose seams passed
+_checked_lock = forking.lock()
+
+
+def patched(module: str, owner: str) -> tuple[str, ...]:
+    """The names `install` replaces in ``module``'s ``owner`` ("" for module functions), in table order."""
+    return tuple(s.name for s in SEAMS if s.module == module and s.owner == owner and s.use == "patched")
 
 
 def installed_version() -> str | None:
@@ -70,55 +144,76 @@ def _check_version() -> str:
     )
 
 
-def import_batch_generator_module() -> ModuleType:
-    """``vllm_mlx.mllm_batch_generator`` after checking the version and every seam used.
+def checked_module(name: str, *, again: bool = False) -> ModuleType:
+    """vllm-mlx's module ``name``, after checking the version and every seam the table lists in it.
 
-    Raises ConfigurationError (vllm-mlx missing, another version, or a seam that changed).
+    A module's seams are checked once per process (request paths ask for modules per image);
+    ``again`` checks them anew (`install` does, so nothing is patched over a changed seam).
+
+    Raises:
+        visioncache.errors.MissingExtraError: vllm-mlx is not installed.
+        visioncache.versions.UnsupportedVersionError: another vllm-mlx release is installed.
+        ConfigurationError: a seam of ``name`` is missing or changed its parameters.
     """
     version = _check_version()
-    module = importlib.import_module("vllm_mlx.mllm_batch_generator")
-    problems = _seam_problems(module)
+    module = importlib.import_module(name)
+    if name in _checked and not again:
+        return module
+    problems = seam_problems(module)
     if problems:
         raise ConfigurationError(
-            f"vllm-mlx {version} does not have the code this integration patches "
+            f"vllm-mlx {version} does not have the code this integration uses "
             f"({'; '.join(problems)}); nothing was patched"
         )
+    with _checked_lock:
+        _checked.add(name)
+    return module
+
+
+def import_batch_generator_module() -> ModuleType:
+    """``vllm_mlx.mllm_batch_generator``, checked, with the prefix cache module it wraps."""
+    module = checked_module(GENERATOR, again=True)
+    checked_module("vllm_mlx.memory_cache", again=True)
     return module
 
 
 def import_scheduler_module() -> ModuleType:
-    """``vllm_mlx.mllm_scheduler`` after checking the version and its seams (the scheduler is built
-    at server start with the loaded model and processor; ``add_request`` returns the id of a
-    request, in the handling of the HTTP request that made it)."""
-    version = _check_version()
-    module = importlib.import_module("vllm_mlx.mllm_scheduler")
-    scheduler = getattr(module, "MLLMScheduler", None)
-    for name, parameters in (("__init__", {"model", "processor"}), ("add_request", {"prompt", "images"})):
-        method = inspect.getattr_static(scheduler, name, None) if scheduler is not None else None
-        if method is None or not parameters <= set(inspect.signature(method).parameters):
-            raise ConfigurationError(
-                f"vllm-mlx {version} does not have the code this integration patches "
-                f"(MLLMScheduler.{name}({', '.join(sorted(parameters))}, ...)); nothing was patched"
-            )
-    return module
+    """``vllm_mlx.mllm_scheduler``, checked."""
+    return checked_module(SCHEDULER, again=True)
 
 
-def _seam_problems(module: ModuleType) -> list[str]:
-    problems = []
-    generator = getattr(module, "MLLMBatchGenerator", None)
-    if generator is None:
-        return ["no MLLMBatchGenerator"]
-    for name, parameters in REQUIRED_METHODS.items():
-        method = inspect.getattr_static(generator, name, None)
-        if method is None:
-            problems.append(f"no MLLMBatchGenerator.{name}")
-            continue
-        function = method.__func__ if isinstance(method, staticmethod | classmethod) else method
-        missing = set(parameters) - set(inspect.signature(function).parameters)
-        if missing:
-            problems.append(f"MLLMBatchGenerator.{name} lacks {sorted(missing)}")
-    if not callable(getattr(module, PATCHED_FUNCTION, None)):
-        problems.append(f"no {PATCHED_FUNCTION}")
-    fields = getattr(getattr(module, "MLLMBatchRequest", None), "__dataclass_fields__", {})
-    problems += [f"MLLMBatchRequest has no {name}" for name in _REQUIRED_REQUEST_FIELDS if name not in fields]
+def seam_problems(module: ModuleType) -> list[str]:
+    """What is missing or changed of the seams `SEAMS` lists in ``module`` (empty: all there)."""
+    problems: list[str] = []
+    for seam in (seam for seam in SEAMS if seam.module == module.__name__):
+        problem = _problem(module, seam)
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def _problem(module: ModuleType, seam: Seam) -> str | None:
+    owner: object = module
+    if seam.owner:
+        owner = getattr(module, seam.owner, None)
+        if owner is None:
+            return f"no {seam.owner}"
+    if seam.use == "assigned":  # by the class's methods or the module's functions: read the module
+        source = inspect.getsource(module)
+        assigns = re.search(rf"\.{re.escape(seam.name)}\s*(:[^=\n]*)?=[^=]", source)
+        return None if assigns else f"nothing assigns {seam.path}"
+    found = inspect.getattr_static(owner, seam.name, None) if seam.owner else getattr(owner, seam.name, None)
+    if found is None:
+        return f"no {seam.path}"
+    if not seam.parameters:
+        return None
+    if isinstance(found, type) and hasattr(found, "__dataclass_fields__"):
+        names = set(found.__dataclass_fields__)
+    else:
+        function = found.__func__ if isinstance(found, staticmethod | classmethod) else found
+        try:
+            names = set(inspect.signature(function).parameters)
+        except (TypeError, ValueError):
+            return f"{seam.path} is not callable"
+    missing = sorted(set(seam.parameters) - names)
+    return f"{seam.path} lacks {missing}" if missing else None

@@ -15,8 +15,8 @@
   OpenAI's error format. A request that passes runs with its handles' bytes or features pinned
   (`Handles.held`), so what was checked still holds when its scheduler step resolves it.
 
-Only ``vllm_mlx.server``'s ``app``, ``security`` and ``verify_api_key`` are used (checked by
-`compat`); the engine meets handles through the existing seams (`images.resolve_images`).
+Only ``vllm_mlx.server``'s ``app``, ``security`` and ``verify_api_key`` are used (seams in
+`compat.SEAMS`); the engine meets handles through the existing seams (`images.resolve_images`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from visioncache import ConfigurationError
+from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.forget import forget_image
 from visioncache.integrations.vllm_mlx.handle_codec import HandleError, is_handle
 from visioncache.integrations.vllm_mlx.uploads import UPLOAD_PATH, UploadError, read_upload, upload
@@ -44,12 +45,12 @@ def mount(app: Any, installation: Any) -> None:
     """
     from fastapi import Depends, Request
     from fastapi.responses import JSONResponse
-    from vllm_mlx import server
 
-    missing = [name for name in ("security", "verify_api_key") if not callable(getattr(server, name, None))]
-    if missing or not hasattr(app, "add_api_route") or not hasattr(app, "add_middleware"):
+    server = checked_module("vllm_mlx.server")
+
+    if not hasattr(app, "add_api_route") or not hasattr(app, "add_middleware"):  # seams checked above
         raise ConfigurationError(
-            f"vllm-mlx's server lacks {missing or 'a FastAPI app'}: image handles cannot be served "
+            "vllm-mlx's server lacks a FastAPI app: image handles cannot be served "
             "(--vision-cache-no-handles serves without them)"
         )
 
@@ -156,7 +157,8 @@ async def _authorization_error(request: Any, verify: Any = None) -> Any:
     tenants' keys): None, or the response it gives."""
     from fastapi import HTTPException
     from starlette.responses import JSONResponse
-    from vllm_mlx import server
+
+    server = checked_module("vllm_mlx.server")
 
     try:
         await (verify or server.verify_api_key)(await server.security(request))

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from visioncache import ContentDigest, VisionCacheError, VisionEmbeddingCache
+from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.handle_codec import is_handle
 from visioncache.integrations.vllm_mlx.handles import Handles
 
@@ -40,7 +41,7 @@ def _is_base64_data_url(url: Any) -> bool:
     does so only for a ``;base64`` header (a percent-encoded payload it would decode otherwise,
     which vllm-mlx does not). Only this case is hashed in place.
     """
-    from vllm_mlx.models import mllm
+    mllm = checked_module("vllm_mlx.models.mllm")
 
     if not isinstance(url, str) or not url.startswith(_BASE64_DATA_URL):
         return False
@@ -50,7 +51,7 @@ def _is_base64_data_url(url: Any) -> bool:
 
 def _stock_input(image: Any) -> str:
     """vllm-mlx's own reading of ``image``: a local file (downloaded or decoded), or its error."""
-    from vllm_mlx.models import mllm
+    mllm = checked_module("vllm_mlx.models.mllm")
 
     path: str = mllm.process_image_input(image)
     return path

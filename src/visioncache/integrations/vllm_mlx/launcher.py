@@ -22,7 +22,7 @@ from pathlib import Path
 from visioncache import ConfigurationError
 from visioncache.integrations.mlx_vlm import check_mlx_vlm_version
 from visioncache.integrations.mlx_vlm.families import family_for_model_type
-from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module
+from visioncache.integrations.vllm_mlx.compat import checked_module, import_batch_generator_module
 from visioncache.integrations.vllm_mlx.handle_api import mount
 from visioncache.integrations.vllm_mlx.install import install
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings, add_arguments, weights_identity
@@ -91,7 +91,7 @@ def serve(argv: Sequence[str]) -> int:
     ours, rest = build_parser().parse_known_args(list(argv))
     import_batch_generator_module()  # the version checks, before vllm-mlx's parser is even built
     check_mlx_vlm_version()
-    from vllm_mlx import cli
+    cli = checked_module("vllm_mlx.cli")
 
     args = cli.create_parser().parse_args(["serve", *rest])
     _check_serve_args(args)
@@ -104,7 +104,7 @@ def serve(argv: Sequence[str]) -> int:
         )
     weights_identity(settings)  # read the weights now: a bad path fails here, not on a request
     installation = install(settings)
-    from vllm_mlx import server
+    server = checked_module("vllm_mlx.server")
 
     if installation.handles is not None:
         mount(server.app, installation)  # the upload and delete routes and the handle check

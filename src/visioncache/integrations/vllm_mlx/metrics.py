@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
+from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.handles import HandleStats
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
@@ -67,7 +68,7 @@ class EngineCollector:
 
 def _registry() -> Any | None:
     """vllm-mlx's ``/metrics`` registry, when that endpoint is enabled (``--enable-metrics``)."""
-    from vllm_mlx.metrics import metrics  # the collector behind vllm-mlx's /metrics endpoint
+    metrics = checked_module("vllm_mlx.metrics").metrics  # the collector behind vllm-mlx's /metrics
 
     prometheus = getattr(metrics, "_prom", None)  # set once metrics are enabled (vllm-mlx 0.6.0)
     return prometheus["registry"] if metrics.enabled and prometheus else None

@@ -8,9 +8,12 @@ vllm-mlx.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from visioncache.integrations.vllm_mlx.compat import PATCHED_FUNCTION
+from visioncache.integrations.mlx_vlm import Model, Processor
+from visioncache.integrations.vllm_mlx.compat import GENERATOR, SCHEDULER, patched
+from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.prefix_cache import select_request
 from visioncache.integrations.vllm_mlx.step import (
     STATE_ATTRIBUTE,
@@ -20,21 +23,32 @@ from visioncache.integrations.vllm_mlx.step import (
     release_step,
 )
 
-if TYPE_CHECKING:
-    from visioncache.integrations.vllm_mlx.install import Installation
+__all__ = ["GENERATOR_METHODS", "GUARD", "SCHEDULER_METHODS", "Host", "replacements"]
 
-__all__ = ["GENERATOR_METHODS", "GUARD", "SCHEDULER_METHODS", "replacements"]
+# What is replaced, from the seam table (compat.SEAMS).
+GENERATOR_METHODS = patched(GENERATOR, "MLLMBatchGenerator")
+SCHEDULER_METHODS = patched(SCHEDULER, "MLLMScheduler")
+(GUARD,) = patched(GENERATOR, "")
 
-GENERATOR_METHODS = (
-    "__init__",
-    "_process_prompts",
-    "_preprocess_request",
-    "_run_vision_encoding",
-    "_language_model_kwargs",
-    "get_vision_cache_stats",
-)
-SCHEDULER_METHODS = ("__init__", "add_request")
-GUARD = PATCHED_FUNCTION
+
+class Host(Protocol):
+    """What the replacements ask of the installation that made them (`install.Installation`)."""
+
+    @property
+    def originals(self) -> Mapping[str, Any]: ...  # vllm-mlx's generator methods, by name
+    @property
+    def scheduler_originals(self) -> Mapping[str, Any]: ...
+    @property
+    def original_guard(self) -> Callable[[Any], bool]: ...
+    @property
+    def handles(self) -> Handles | None: ...
+
+    def attach(self, generator: Any) -> EngineState | None: ...
+    def engine(self, model: Model, processor: Processor) -> EngineState | None: ...
+    def note_request(self, request_id: str) -> None: ...
+    def tenant_of(self, request: Any) -> str | None: ...
+    def by_tenant(self, requests: Sequence[Any]) -> dict[str | None, list[Any]]: ...
+    def tenant_state(self, state: EngineState, tenant: str | None) -> EngineState: ...
 
 
 def _prepared(request: Any) -> PreparedRequest | None:
@@ -46,7 +60,7 @@ def _batch_ids(input_ids: Any) -> Any:
     return input_ids if input_ids.ndim == 2 else input_ids[None, :]
 
 
-def replacements(installation: Installation) -> tuple[dict[str, Any], dict[str, Any]]:
+def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
     """The batch generator's replacement methods (and the module guard), and the scheduler's."""
     originals = installation.originals
     init, process, preprocess = (

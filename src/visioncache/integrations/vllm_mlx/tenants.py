@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from visioncache.errors import ConfigurationError
+from visioncache.integrations.vllm_mlx.compat import checked_module
 
 __all__ = ["NO_TENANT", "TenantKeys", "TenantMiddleware", "current", "mount", "verifier", "warn_if_shared"]
 
@@ -131,7 +132,8 @@ def verifier(tenants: TenantKeys) -> Any:
     """A replacement for vllm-mlx's ``verify_api_key`` dependency: a key of the map passes, any
     other request gets the 401 stock gives (``API key required`` / ``Invalid API key``)."""
     from fastapi import Depends, HTTPException
-    from vllm_mlx import server
+
+    server = checked_module("vllm_mlx.server")
 
     async def verify_tenant_key(credentials: Any = Depends(server.security)) -> bool:  # noqa: B008
         if credentials is None:
@@ -147,7 +149,7 @@ def mount(app: Any, installation: Any) -> None:
     """Serve ``installation.tenants`` on vllm-mlx's ``app`` (before it starts): the tenants' keys
     replace vllm-mlx's API-key check on every route (FastAPI's dependency override), and each
     request is handled as its key's tenant (`TenantMiddleware`, outermost: mount it last)."""
-    from vllm_mlx import server
+    server = checked_module("vllm_mlx.server")
 
     tenants: TenantKeys = installation.tenants
     check = verifier(tenants)

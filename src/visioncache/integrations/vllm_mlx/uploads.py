@@ -15,6 +15,7 @@ from typing import Any
 import pybase64
 
 from visioncache import VisionCacheError
+from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.step import encode_now
 
 __all__ = ["MAX_BODY_BYTES", "MAX_IMAGES", "UPLOAD_PATH", "UploadError", "read_upload", "upload"]
@@ -34,7 +35,7 @@ class UploadError(VisionCacheError):
 
 
 def _max_image_bytes() -> int:
-    from vllm_mlx.models import mllm
+    mllm = checked_module("vllm_mlx.models.mllm")
 
     limit: int = mllm.MAX_IMAGE_SIZE
     return limit
