@@ -15,15 +15,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-import numpy as np
-
 from visioncache import ConfigurationError, PixelOnlyCacheEntry
-from visioncache.integrations.mlx_vlm.families.base import ImageValue, split_rows
-from visioncache.integrations.mlx_vlm.families.images import load_images
+from visioncache.integrations.mlx_vlm.families.base import ImageValue
 from visioncache.integrations.mlx_vlm.families.scattered import ScatteredFeatures
 from visioncache.integrations.mlx_vlm.imports import import_mlx
 from visioncache.integrations.mlx_vlm.protocols import Model, Processor
@@ -41,30 +37,12 @@ class Gemma3(ScatteredFeatures):
 
     # ---- one image ---------------------------------------------------------------------------
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
-        mx = import_mlx()
-        image_processor = processor.image_processor
-        if getattr(image_processor, "do_pan_and_scan", None):
+        if getattr(processor.image_processor, "do_pan_and_scan", None):
             raise ConfigurationError(
                 "Gemma 3 with pan-and-scan crops is not supported by visioncache's mlx-vlm "
                 "integration (the crops change the prompt); set do_pan_and_scan=False"
             )
-        started = time.perf_counter()
-        output = image_processor(load_images(images, image_processor))
-        pixels = np.asarray(output["pixel_values"])
-        seconds_per_image = (time.perf_counter() - started) / max(len(images), 1)
-        return [
-            PixelOnlyCacheEntry(pixel_values=mx.array(array), processing_time=seconds_per_image)
-            for array in pixels
-        ]
-
-    def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
-        return {}
-
-    def pixel_inputs(
-        self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
-    ) -> dict[str, Any]:
-        mx = import_mlx()
-        return {"pixel_values": mx.stack([entry.pixel_values for entry in entries])}
+        return super().preprocess(processor, images)
 
     # ---- its placeholder ---------------------------------------------------------------------
     def placeholder(self, processor: Processor) -> str:
@@ -83,11 +61,7 @@ class Gemma3(ScatteredFeatures):
         mx = import_mlx()
         pixels = mx.stack([entry.pixel_values for entry in entries]).astype(self.embedding_dtype(model))
         hidden, _, _ = self.tower(model)(pixels.transpose(0, 2, 3, 1), output_hidden_states=True)
-        features = getattr(model, "multi_modal_projector")(hidden)  # noqa: B009
-        mx.eval(features)
-        count = self.token_count(model, {})
-        rows = split_rows(features.reshape(-1, features.shape[-1]), [count] * len(entries))
-        return [{"image_features": part} for part in rows]
+        return self.projected(model, hidden, len(entries))
 
     # ---- what the model is fed ---------------------------------------------------------------
     def reusable_prefix(

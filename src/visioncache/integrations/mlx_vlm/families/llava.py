@@ -27,7 +27,7 @@ import numpy as np
 from visioncache import PixelOnlyCacheEntry
 from visioncache.integrations.mlx_vlm.families.base import ImageValue, split_rows
 from visioncache.integrations.mlx_vlm.families.images import load_images
-from visioncache.integrations.mlx_vlm.families.scattered import ScatteredFeatures
+from visioncache.integrations.mlx_vlm.families.scattered import ScatteredFeatures, pixel_entries
 from visioncache.integrations.mlx_vlm.imports import import_mlx
 from visioncache.integrations.mlx_vlm.protocols import Model, Processor
 
@@ -38,15 +38,6 @@ def _size(layout: Mapping[str, Any]) -> tuple[int, int]:
     return int(layout["height"]), int(layout["width"])
 
 
-def _entries(pixels: Sequence[Any], started: float) -> list[PixelOnlyCacheEntry]:
-    mx = import_mlx()
-    seconds_per_image = (time.perf_counter() - started) / max(len(pixels), 1)
-    return [
-        PixelOnlyCacheEntry(pixel_values=mx.array(array), processing_time=seconds_per_image)
-        for array in pixels
-    ]
-
-
 class LLaVA(ScatteredFeatures):
     """LLaVA 1.5 (a CLIP tower, one token per patch)."""
 
@@ -55,21 +46,9 @@ class LLaVA(ScatteredFeatures):
     processor_classes: ClassVar[frozenset[str]] = frozenset({"LlavaProcessor"})
 
     # ---- one image ---------------------------------------------------------------------------
-    def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
-        started = time.perf_counter()
-        image_processor = processor.image_processor
-        pixels = np.asarray(image_processor(load_images(images, image_processor))["pixel_values"])
-        return _entries(list(pixels), started)
-
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
         _, height, width = entry.pixel_values.shape
         return {"height": int(height), "width": int(width)}
-
-    def pixel_inputs(
-        self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
-    ) -> dict[str, Any]:
-        mx = import_mlx()
-        return {"pixel_values": mx.stack([entry.pixel_values for entry in entries])}
 
     def uncached_inputs(self, processor: Processor, images: Sequence[Any], prompt: str) -> dict[str, Any]:
         loaded = load_images(images, processor.image_processor)
@@ -131,7 +110,7 @@ class Mistral3(ScatteredFeatures):
         padded = np.asarray(output["pixel_values"])
         sizes = [(int(height), int(width)) for height, width in output["image_sizes"]]
         corners = [padded[index, :, :height, :width] for index, (height, width) in enumerate(sizes)]
-        return _entries(corners, started)
+        return pixel_entries(corners, started)
 
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
         _, height, width = entry.pixel_values.shape

@@ -17,15 +17,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-import numpy as np
-
 from visioncache import PixelOnlyCacheEntry, PlaceholderMismatchError
-from visioncache.integrations.mlx_vlm.families.base import ImageValue, split_rows
-from visioncache.integrations.mlx_vlm.families.images import load_images
+from visioncache.integrations.mlx_vlm.families.base import ImageValue
 from visioncache.integrations.mlx_vlm.families.scattered import ScatteredFeatures
 from visioncache.integrations.mlx_vlm.imports import import_mlx
 from visioncache.integrations.mlx_vlm.protocols import Model, Processor
@@ -40,27 +36,6 @@ class PaliGemma(ScatteredFeatures):
     model_types: ClassVar[frozenset[str]] = frozenset({"paligemma"})
     processor_classes: ClassVar[frozenset[str]] = frozenset({"PaliGemmaProcessor"})
     positions = "1-D RoPE; the prompt attended both ways (prefix LM)"
-
-    # ---- one image ---------------------------------------------------------------------------
-    def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
-        mx = import_mlx()
-        started = time.perf_counter()
-        image_processor = processor.image_processor
-        pixels = np.asarray(image_processor(load_images(images, image_processor))["pixel_values"])
-        seconds_per_image = (time.perf_counter() - started) / max(len(images), 1)
-        return [
-            PixelOnlyCacheEntry(pixel_values=mx.array(array), processing_time=seconds_per_image)
-            for array in pixels
-        ]
-
-    def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
-        return {}
-
-    def pixel_inputs(
-        self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
-    ) -> dict[str, Any]:
-        mx = import_mlx()
-        return {"pixel_values": mx.stack([entry.pixel_values for entry in entries])}
 
     # ---- its placeholder ---------------------------------------------------------------------
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
@@ -118,11 +93,7 @@ class PaliGemma(ScatteredFeatures):
         tower = self.tower(model)
         _, _, states = tower(pixels.transpose(0, 2, 3, 1), output_hidden_states=True)
         hidden = tower.vision_model.post_layernorm(states[-1]).astype(stacked.dtype)
-        features = getattr(model, "multi_modal_projector")(hidden)  # noqa: B009
-        mx.eval(features)
-        count = self.token_count(model, {})
-        rows = split_rows(features.reshape(-1, features.shape[-1]), [count] * len(entries))
-        return [{"image_features": part} for part in rows]
+        return self.projected(model, hidden, len(entries))
 
     # ---- what the model is fed ---------------------------------------------------------------
     def reusable_prefix(

@@ -16,12 +16,17 @@ embeddings, as mlx-vlm's ``generate`` runs it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from visioncache.integrations.mlx_vlm.families.base import Family, Feed, ImageValue
+import numpy as np
+
+from visioncache import PixelOnlyCacheEntry
+from visioncache.integrations.mlx_vlm.families.base import Family, Feed, ImageValue, split_rows
+from visioncache.integrations.mlx_vlm.families.images import load_images
 from visioncache.integrations.mlx_vlm.imports import import_mlx
-from visioncache.integrations.mlx_vlm.protocols import Array, Model
+from visioncache.integrations.mlx_vlm.protocols import Array, Model, Processor
 
 __all__ = ["ScatteredFeatures", "generate_forward"]
 
@@ -42,10 +47,46 @@ def generate_forward(model: Model, inputs: Mapping[str, Any], *, cache: Any = No
     return model.language_model(input_ids, inputs_embeds=embeddings.inputs_embeds, cache=cache, **extra)
 
 
+def pixel_entries(pixels: Sequence[Any], started: float) -> list[PixelOnlyCacheEntry]:
+    """One entry per image's pixels (mlx), each charged an equal share of the time since ``started``."""
+    mx = import_mlx()
+    seconds_per_image = (time.perf_counter() - started) / max(len(pixels), 1)
+    return [
+        PixelOnlyCacheEntry(pixel_values=mx.array(array), processing_time=seconds_per_image)
+        for array in pixels
+    ]
+
+
 class ScatteredFeatures(Family):
     """A family whose cached rows go through the model's own embedding merge (see the module)."""
 
     positions = "1-D RoPE"
+
+    # ---- one image: one pixel tensor of the processor's fixed size (Gemma 3, PaliGemma, LLaVA) ----
+    def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
+        started = time.perf_counter()
+        image_processor = processor.image_processor
+        pixels = np.asarray(image_processor(load_images(images, image_processor))["pixel_values"])
+        return pixel_entries(list(pixels), started)
+
+    def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
+        return {}
+
+    def pixel_inputs(
+        self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
+    ) -> dict[str, Any]:
+        mx = import_mlx()
+        return {"pixel_values": mx.stack([entry.pixel_values for entry in entries])}
+
+    def projected(self, model: Model, hidden: Array, images: int) -> list[ImageValue]:
+        """The projector's rows of ``images`` images' tower states, evaluated, one value per image
+        (each image the family's fixed `token_count` rows)."""
+        mx = import_mlx()
+        features = getattr(model, "multi_modal_projector")(hidden)  # noqa: B009
+        mx.eval(features)
+        count = self.token_count(model, {})
+        rows = split_rows(features.reshape(-1, features.shape[-1]), [count] * images)
+        return [{"image_features": part} for part in rows]
 
     def tower(self, model: Model) -> Any:
         return getattr(model, "vision_tower")  # noqa: B009
