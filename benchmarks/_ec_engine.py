@@ -4,9 +4,10 @@
         [--ec-config JSON] [--delete-mid-run DIR] [--report-errors]
 
 One engine per process (vLLM keeps per-process globals), in-process (scheduler and worker in one
-process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as `tests/vllm_ec/engine_run.py`). The workload
-is a `tests.vllm_ec.workload.Workload` given by its fields; requests go one at a time through
-``LLM.chat`` and each request's tokens and top-5 logprobs are reported, or its error.
+process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as `tests/integrations/vllm_ec/engine_run.py`). The
+workload is a `tests.integrations.vllm_ec.workload.Workload` given by its fields; its requests go
+one at a time through the tests' loop (`engine_run.run_requests`), and each request's tokens and
+top-5 logprobs are reported, or its error.
 
 After the workload, one more request with a new image (the probe) tells whether the engine still
 serves at all after a fault.
@@ -22,7 +23,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.vllm_ec.workload import Workload  # noqa: E402
+from tests.integrations.vllm_ec.engine_run import describe  # noqa: E402
+from tests.integrations.vllm_ec.workload import Workload  # noqa: E402
 
 # What holds an entry's bytes: vLLM's ECExampleConnector writes <dir>/<mm_hash>/encoder_cache.safetensors,
 # visioncache's disk tier value files (diskcache's *.val; its index is cache.db).
@@ -77,7 +78,7 @@ def fresh_image_request(llm: Any, seed: int) -> str | None:
     the warm-up (one-off kernel set-up); after it, the probe: does the engine still serve?"""
     from vllm import SamplingParams
 
-    from tests.vllm_ec.workload import image_data_url
+    from tests.integrations.vllm_ec.workload import image_data_url
 
     image = {"type": "image_url", "image_url": {"url": image_data_url(seed)}}
     messages = [{"role": "user", "content": [image, {"type": "text", "text": "describe the image"}]}]
@@ -87,46 +88,6 @@ def fresh_image_request(llm: Any, seed: int) -> str | None:
         traceback.print_exc()
         return describe(error)
     return None
-
-
-def describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}".splitlines()[0][:300]
-
-
-def run(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
-    """The workload's requests one at a time, in order: each one's output or error (engine_run's
-    `run_workload` drops a failed request's place), items encoded, time to first token."""
-    from vllm import SamplingParams
-
-    from tests.vllm_ec.encoder_counter import encoded_items
-    from tests.vllm_ec.engine_run import MAX_TOKENS, TOP_LOGPROBS, answered
-
-    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=TOP_LOGPROBS)
-    before = encoded_items(log)
-    replies: dict[tuple[int, int], str] = {}
-    outputs: list[dict[str, Any] | None] = []
-    errors: list[str] = []
-    first_token_seconds: list[float] = []
-    for user, turn in workload.requests():
-        started = time.perf_counter()
-        try:
-            result = llm.chat(workload.messages(user, turn, replies), params, use_tqdm=False)[0]
-        except Exception as error:  # what a failed request looks like is what is measured
-            errors.append(describe(error))
-            traceback.print_exc()
-            outputs.append(None)
-            replies[(user, turn)] = ""
-            continue
-        seconds, output = answered(result, started)
-        first_token_seconds.append(seconds)
-        replies[(user, turn)] = result.outputs[0].text
-        outputs.append(output)
-    return {
-        "outputs": outputs,
-        "errors": errors,
-        "encoded": encoded_items(log) - before,
-        "first_token_seconds": first_token_seconds,
-    }
 
 
 def main() -> None:
@@ -143,8 +104,8 @@ def main() -> None:
     workload = Workload(**{**fields, "image_size": tuple(fields["image_size"])})
     ec = json.loads(args.ec_config) if args.ec_config else None
 
-    from tests.vllm_ec.encoder_counter import install
-    from tests.vllm_ec.engine_run import engine_arguments, scheduler_connector
+    from tests.integrations.vllm_ec.encoder_counter import install
+    from tests.integrations.vllm_ec.engine_run import engine_arguments, run_requests, scheduler_connector
 
     install()
     if args.delete_mid_run is not None:
@@ -161,7 +122,7 @@ def main() -> None:
         args.out.write_text(json.dumps(report))
         return
     report["warm_up_error"] = fresh_image_request(llm, 10_000 + os.getpid())
-    report.update(run(llm, workload, log))
+    report.update(run_requests(llm, workload, log))  # a failed request keeps its place: None
     report["probe_error"] = fresh_image_request(llm, 20_000 + os.getpid())
     connector = scheduler_connector(llm)
     report["connector"] = connector.totals() if hasattr(connector, "totals") else {}

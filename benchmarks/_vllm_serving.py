@@ -6,7 +6,7 @@
 initial test request is skipped (``--ready-check-timeout-sec 0``: the servers' ``/health`` was
 already checked), so a run sends exactly its dataset and nothing repeats unless the dataset does.
 
-`Fleet` starts servers side by side (`tests/vllm_ec/servers.py`: one OpenAI server per process
+`Fleet` starts servers side by side (`tests/integrations/vllm_ec/servers.py`: one OpenAI server per process
 group, vision-encoder calls counted) and stops every one it started, with its group.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-import tests.vllm_ec.servers as serving
-from tests.vllm_ec.servers import VllmServer
+import tests.integrations.vllm_ec.servers as serving
+from tests.integrations.vllm_ec.servers import VllmServer
 
 # The figures the report reads from a `vllm bench serve` result.
 FIGURES = ("median_ttft_ms", "mean_ttft_ms", "request_throughput")

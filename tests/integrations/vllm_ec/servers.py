@@ -20,10 +20,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.vllm_ec.conftest import ROOT, engine_env, free_port
-from tests.vllm_ec.encoder_counter import encoded_items
-from tests.vllm_ec.engine_run import MAX_TOKENS, TOP_LOGPROBS, engine_arguments
-from tests.vllm_ec.workload import Workload
+from tests.integrations.vllm_ec.conftest import ROOT, engine_env, free_port
+from tests.integrations.vllm_ec.encoder_counter import encoded_items
+from tests.integrations.vllm_ec.engine_run import MAX_TOKENS, TOP_LOGPROBS, engine_arguments
+from tests.integrations.vllm_ec.workload import Workload
 
 START_TIMEOUT = 600  # a shared 2-core machine starting three servers at once
 

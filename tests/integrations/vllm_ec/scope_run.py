@@ -1,7 +1,7 @@
 """Run a script of steps through one in-process vLLM engine and write what each step did as JSON.
 
-``python -m tests.vllm_ec.scope_run --model DIR --out result.json --steps JSON [--ec-config JSON]
-[--lora]``, started as a subprocess by `tests/vllm_ec/test_scopes.py` (one engine per process, as
+``python -m tests.integrations.vllm_ec.scope_run --model DIR --out result.json --steps JSON [--ec-config JSON]
+[--lora]``, started as a subprocess by `tests/integrations/vllm_ec/test_scopes.py` (one engine per process, as
 `engine_run`). A step is one of:
 
 - ``{"request": IMAGE_SEED, "salt": SALT or null, "lora": [NAME, ID, PATH, INPLACE] or null}``: one
@@ -35,9 +35,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.vllm_ec.engine_run import MAX_TOKENS, TOP_LOGPROBS, answered, engine_arguments, scheduler_connector
-from tests.vllm_ec.tiny_lora import ENCODER_OUTPUT_WIDTH
-from tests.vllm_ec.tiny_lora import ENGINE_ARGUMENTS as LORA_ARGUMENTS
+from tests.integrations.vllm_ec.engine_run import (
+    MAX_TOKENS,
+    TOP_LOGPROBS,
+    answered,
+    engine_arguments,
+    scheduler_connector,
+)
+from tests.integrations.vllm_ec.tiny_lora import ENCODER_OUTPUT_WIDTH
+from tests.integrations.vllm_ec.tiny_lora import ENGINE_ARGUMENTS as LORA_ARGUMENTS
 
 # The tiny model's chat template, rendered for one image and one question.
 PROMPT = (
@@ -56,7 +62,7 @@ def _image(seed: int) -> Any:
     import pybase64
     from PIL import Image
 
-    from tests.vllm_ec.workload import image_data_url
+    from tests.integrations.vllm_ec.workload import image_data_url
 
     data = pybase64.b64decode(image_data_url(seed).split(",", 1)[1])
     return Image.open(io.BytesIO(data)).convert("RGB")
@@ -89,7 +95,7 @@ def _lora(spec: list[Any] | None) -> Any:
 def run_step(llm: Any, step: dict[str, Any], log: str) -> dict[str, Any]:
     from vllm import SamplingParams
 
-    from tests.vllm_ec.encoder_counter import encoded_items
+    from tests.integrations.vllm_ec.encoder_counter import encoded_items
 
     if "request" in step:
         prompt: dict[str, Any] = {"prompt": PROMPT, "multi_modal_data": {"image": _image(step["request"])}}
@@ -128,7 +134,7 @@ def main() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     log = os.environ["VISIONCACHE_TEST_ENCODER_LOG"]
 
-    from tests.vllm_ec.encoder_counter import install
+    from tests.integrations.vllm_ec.encoder_counter import install
 
     install()
     from vllm import LLM

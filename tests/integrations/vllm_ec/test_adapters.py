@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tests.vllm_ec.tiny_lora import save_adapter
+from tests.integrations.vllm_ec.tiny_lora import save_adapter
 from visioncache.integrations.vllm.adapters import AdapterIdentities, adapter_digest
 from visioncache.integrations.vllm.item_store import ItemStore, Scope
 from visioncache.integrations.vllm.scheduled_items import ScheduledItems

@@ -21,9 +21,9 @@ from typing import Any
 import pybase64
 import pytest
 
-from tests.vllm_ec.conftest import ROOT, RUN_TIMEOUT, ec_config, engine_env
-from tests.vllm_ec.tiny_lora import copy_adapter, save_adapter
-from tests.vllm_ec.workload import image_data_url
+from tests.integrations.vllm_ec.conftest import ROOT, RUN_TIMEOUT, ec_config, engine_env
+from tests.integrations.vllm_ec.tiny_lora import copy_adapter, save_adapter
+from tests.integrations.vllm_ec.workload import image_data_url
 
 X, Y, Z = 700, 701, 702  # image seeds
 TENANT_A, TENANT_B, TENANT_C = ("tenant-a-" + "a" * 32, "tenant-b-" + "b" * 32, "tenant-c-" + "c" * 32)
@@ -85,7 +85,7 @@ def _run(
     model: Path, directory: Path, steps: list[dict[str, Any]], ec: dict[str, Any] | None
 ) -> dict[str, Any]:
     directory.mkdir(parents=True)
-    command = [sys.executable, "-m", "tests.vllm_ec.scope_run", "--model", str(model)]
+    command = [sys.executable, "-m", "tests.integrations.vllm_ec.scope_run", "--model", str(model)]
     command += ["--out", str(directory / "result.json"), "--steps", json.dumps(steps), "--lora"]
     if ec is not None:
         command += ["--ec-config", json.dumps(ec)]

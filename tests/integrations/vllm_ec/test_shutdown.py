@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.vllm_ec.conftest import ec_config
-from tests.vllm_ec.servers import VllmServer, chat
-from tests.vllm_ec.workload import TEN_IMAGES
+from tests.integrations.vllm_ec.conftest import ec_config
+from tests.integrations.vllm_ec.servers import VllmServer, chat
+from tests.integrations.vllm_ec.workload import TEN_IMAGES
 
 SHUTDOWN_LINE = re.compile(
     r"VisionCacheECConnector shutdown: (\d+) encoder outputs queued for the tiers since start, "

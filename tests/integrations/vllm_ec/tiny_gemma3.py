@@ -17,7 +17,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from tests.vllm_ec.tiny_model import FILLER, WORDS, rename_weights, save_checkpoint
+from tests.integrations.vllm_ec.tiny_model import FILLER, WORDS, rename_weights, save_checkpoint
 
 __all__ = ["save_tiny_gemma3"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_ec.conftest import EngineRunner, ec_config
+from tests.integrations.vllm_ec.conftest import EngineRunner, ec_config
 
 
 @pytest.mark.parametrize(

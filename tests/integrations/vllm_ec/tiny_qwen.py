@@ -24,7 +24,7 @@ from transformers import (
     Qwen3VLVideoProcessor,
 )
 
-from tests.vllm_ec.tiny_model import CHAT_TEMPLATE, build_tokenizer, save_checkpoint
+from tests.integrations.vllm_ec.tiny_model import CHAT_TEMPLATE, build_tokenizer, save_checkpoint
 from visioncache.bench.vocabulary import SPECIAL_TOKENS
 
 __all__ = ["save_tiny_qwen2_5_vl", "save_tiny_qwen3_vl"]

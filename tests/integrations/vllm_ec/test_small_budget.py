@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.vllm_ec.conftest import EngineRunner, ec_config
-from tests.vllm_ec.workload import BUDGET
+from tests.integrations.vllm_ec.conftest import EngineRunner, ec_config
+from tests.integrations.vllm_ec.workload import BUDGET
 
 SMALL_BUDGET = 64  # max_num_batched_tokens: one 224x224 image per step
 

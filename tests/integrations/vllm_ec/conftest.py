@@ -29,7 +29,7 @@ def _vllm_installed() -> bool:
 if not _vllm_installed():
     collect_ignore_glob = ["test_*.py"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 __all__ = ["ROOT", "EngineRunner", "copy_tier", "ec_config", "engine_env", "engine_runner", "free_port"]
 
 CONNECTOR = {
@@ -51,7 +51,7 @@ def engine_env(encoder_log: Path, *, server: bool = False, **extra: str) -> dict
     # This tree's own src first: a run of a copy of the tree tests that copy, not the editable install.
     paths = [str(ROOT / "src"), str(ROOT)]
     if server:
-        paths.append(str(ROOT / "tests" / "vllm_ec" / "site"))
+        paths.append(str(ROOT / "tests" / "integrations" / "vllm_ec" / "site"))
     return {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -63,7 +63,7 @@ def engine_env(encoder_log: Path, *, server: bool = False, **extra: str) -> dict
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.vllm_ec.tiny_model import save_tiny_qwen2_vl
+    from tests.integrations.vllm_ec.tiny_model import save_tiny_qwen2_vl
 
     return save_tiny_qwen2_vl(tmp_path_factory.mktemp("tiny-qwen2-vl"))
 
@@ -73,7 +73,7 @@ EngineRunner = Callable[..., dict[str, Any]]
 
 def engine_runner(model: Path, runs: Path, encoder_model: str | None = None) -> EngineRunner:
     """``run(*workloads, ec=None, budget=None, mm_embeds=False, evict_after_load=False, env={})``:
-    one in-process engine of ``model`` in a subprocess (`tests.vllm_ec.engine_run`), its encoder
+    one in-process engine of ``model`` in a subprocess (`tests.integrations.vllm_ec.engine_run`), its encoder
     calls counted on ``encoder_model`` (``module:Class``; Qwen2-VL's by default); returns its
     JSON report."""
 
@@ -91,7 +91,7 @@ def engine_runner(model: Path, runs: Path, encoder_model: str | None = None) -> 
         command = [
             sys.executable,
             "-m",
-            "tests.vllm_ec.engine_run",
+            "tests.integrations.vllm_ec.engine_run",
             "--model",
             str(model),
             "--out",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.vllm_ec.conftest import EngineRunner, copy_tier, ec_config
-from tests.vllm_ec.workload import MAIN
+from tests.integrations.vllm_ec.conftest import EngineRunner, copy_tier, ec_config
+from tests.integrations.vllm_ec.workload import MAIN
 from visioncache.identity.keys import KeyBuilder
 from visioncache.tiers.disk import DiskTier
 

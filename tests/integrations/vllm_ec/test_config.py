@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.vllm_ec.conftest import EngineRunner, ec_config
+from tests.integrations.vllm_ec.conftest import EngineRunner, ec_config
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.vllm.config import ConnectorConfig
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.vllm_ec.conftest import EngineRunner, copy_tier, ec_config
-from tests.vllm_ec.workload import MAIN
+from tests.integrations.vllm_ec.conftest import EngineRunner, copy_tier, ec_config
+from tests.integrations.vllm_ec.workload import MAIN
 
 DISTINCT = MAIN.distinct + 1  # the workload's images and the warm-up image
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.vllm_ec.tiny_gemma3 import save_tiny_gemma3
-from tests.vllm_ec.tiny_model import save_tiny_qwen2_vl
-from tests.vllm_ec.tiny_qwen import save_tiny_qwen2_5_vl, save_tiny_qwen3_vl
+from tests.integrations.vllm_ec.tiny_gemma3 import save_tiny_gemma3
+from tests.integrations.vllm_ec.tiny_model import save_tiny_qwen2_vl
+from tests.integrations.vllm_ec.tiny_qwen import save_tiny_qwen2_5_vl, save_tiny_qwen3_vl
 
 __all__ = ["FAMILIES", "Family"]
 

@@ -15,7 +15,7 @@ import torch
 from vllm.config import ECTransferConfig
 from vllm.distributed.ec_transfer.ec_connector.base import ECConnectorBase, ECConnectorRole
 
-from tests.vllm_ec.conftest import CONNECTOR
+from tests.integrations.vllm_ec.conftest import CONNECTOR
 from visioncache.integrations.vllm.connector import VisionCacheECConnector, VisionCacheECMetadata
 from visioncache.integrations.vllm.item_store import ItemStore
 

@@ -1,7 +1,7 @@
 """Run workloads through one in-process vLLM engine and write what happened as JSON.
 
-``python -m tests.vllm_ec.engine_run --model DIR --out result.json [--ec-config JSON] [--budget N]
-[--workload main|other ...]``. Started as a subprocess by the tests and the benchmark: one engine
+``python -m tests.integrations.vllm_ec.engine_run --model DIR --out result.json [--ec-config JSON]
+[--budget N] [--workload main|other ...]``. Started as a subprocess by the tests and the benchmark: one engine
 per process (vLLM keeps per-process globals), in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``:
 3-4 s to start instead of 20-40 s). Reports, per workload: greedy token ids and top-5 logprobs per
 request, failed requests, items the vision encoder encoded (counted by `encoder_counter`), and
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.vllm_ec.workload import (
+from tests.integrations.vllm_ec.workload import (
     BENCH,
     BUDGET,
     CLIENT_ID_A,
@@ -96,15 +96,25 @@ def answered(result: Any, started: float) -> tuple[float, dict[str, Any]]:
     return (first if first else time.perf_counter() - started), output
 
 
-def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
+def describe(error: BaseException) -> str:
+    """An error in one line, as the reports carry it."""
+    return f"{type(error).__name__}: {error}".splitlines()[0][:300]
+
+
+def run_requests(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
+    """The workload's requests one at a time, in order (the one loop the tests and the benchmarks
+    run): each request's output, None where it failed (its error in ``errors``, in order), items
+    encoded meanwhile, and the time to first token of each answered request."""
     from vllm import SamplingParams
 
-    from tests.vllm_ec.encoder_counter import encoded_items
+    from tests.integrations.vllm_ec.encoder_counter import encoded_items
 
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=TOP_LOGPROBS)
     before = encoded_items(log)
     replies: dict[tuple[int, int], str] = {}
-    outputs, first_token_seconds, failed = [], [], 0
+    outputs: list[dict[str, Any] | None] = []
+    errors: list[str] = []
+    first_token_seconds: list[float] = []
     for user, turn in workload.requests():
         started = time.perf_counter()
         try:
@@ -114,9 +124,10 @@ def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
                 use_tqdm=False,
                 mm_processor_kwargs=dict(workload.processor_kwargs) or None,
             )[0]
-        except Exception as error:  # counted: the tests require none
+        except Exception as error:  # reported: the tests require none, the fault benchmarks count them
             print(f"request failed: {error!r}", file=sys.stderr)
-            failed += 1
+            errors.append(describe(error))
+            outputs.append(None)
             replies[(user, turn)] = ""
             continue
         seconds, output = answered(result, started)
@@ -125,9 +136,21 @@ def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
         outputs.append(output)
     return {
         "encoded": encoded_items(log) - before,
-        "failed": failed,
+        "errors": errors,
         "outputs": outputs,
         "first_token_seconds": first_token_seconds,
+    }
+
+
+def run_workload(llm: Any, workload: Workload, log: str) -> dict[str, Any]:
+    """`run_requests` as the tests read it: the answered requests' outputs, and how many failed."""
+    ran = run_requests(llm, workload, log)
+    outputs = [output for output in ran["outputs"] if output is not None]
+    return {
+        "encoded": ran["encoded"],
+        "failed": len(ran["errors"]),
+        "outputs": outputs,
+        "first_token_seconds": ran["first_token_seconds"],
     }
 
 
@@ -192,7 +215,7 @@ def main() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     log = os.environ["VISIONCACHE_TEST_ENCODER_LOG"]
 
-    from tests.vllm_ec.encoder_counter import install
+    from tests.integrations.vllm_ec.encoder_counter import install
 
     install()
     if args.evict_after_load:

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import torch
 
+from tests.integrations.vllm_ec.conftest import ec_config, engine_runner
+from tests.integrations.vllm_ec.families import FAMILIES, Family
+from tests.integrations.vllm_ec.workload import FAMILY
 from tests.tiers.conftest import RedisProcess
-from tests.vllm_ec.conftest import ec_config, engine_runner
-from tests.vllm_ec.families import FAMILIES, Family
-from tests.vllm_ec.workload import FAMILY
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.serialization import loads
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from tests.integrations.vllm_ec.conftest import ec_config
+from tests.integrations.vllm_ec.servers import VllmServer, chat
+from tests.integrations.vllm_ec.workload import MAIN, OTHER
 from tests.tiers.conftest import RedisProcess
-from tests.vllm_ec.conftest import ec_config
-from tests.vllm_ec.servers import VllmServer, chat
-from tests.vllm_ec.workload import MAIN, OTHER
 
 RETRY_INTERVAL = 2.0
 

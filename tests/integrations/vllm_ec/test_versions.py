@@ -9,7 +9,7 @@ import pytest
 import transformers
 from vllm.version import __version__ as installed_vllm
 
-from tests.vllm_ec.conftest import ROOT
+from tests.integrations.vllm_ec.conftest import ROOT
 from visioncache.integrations.vllm.versions import SUPPORTED, check_versions, supported_release
 
 
