@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from visioncache.bench.family_models import FamilyModel, build_family_model
-from visioncache.bench.tower import vision_tower
+from visioncache.bench.tower_clock import vision_tower
 
 
 def build_or_skip(family: str, **options: Any) -> FamilyModel:

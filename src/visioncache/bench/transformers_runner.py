@@ -21,7 +21,7 @@ from transformers import PreTrainedModel, ProcessorMixin
 
 from visioncache import VisionEmbeddingCache
 from visioncache.bench.report import ModeResult
-from visioncache.bench.tower import TowerClock
+from visioncache.bench.tower_clock import TowerClock
 from visioncache.bench.vocabulary import IMAGE_PLACEHOLDER
 from visioncache.bench.workload import MODES, Workload, chat_prompt, question_prompt
 from visioncache.integrations.transformers import CachedVisionModel, StageTimes, model_namespace
