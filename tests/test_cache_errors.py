@@ -210,3 +210,11 @@ def test_pinned_block_releases_its_pins_when_the_body_raises() -> None:
     assert cache.snapshot().levels["embedding"].pinned == 0
     cache.encode_images([B], Encoder())  # A is evictable again
     assert cache.get_image_embeddings([A, B])[0] is None
+
+
+def test_regression_a_key_of_a_level_that_does_not_exist_was_returned() -> None:
+    """``key("nope", images)`` answered a key no level would ever read. Now `InvalidArgumentError`."""
+    cache = VisionEmbeddingCache()
+    with pytest.raises(InvalidArgumentError, match="level must be one of"):
+        cache.key("nope", [A])
+    assert cache.key("embedding", [A]) is not None

@@ -173,11 +173,42 @@ class VisionEmbeddingCache:
 
     # ---- identity ------------------------------------------------------------------------------
     def image_digests(self, images: Sequence[Any]) -> list[bytes]:
-        """The content digest of each image, in order; raises a typed error for any bad input."""
+        """The content digest of each image, in order (what every key of the image is built on).
+
+        Args:
+            images: a sequence of images: PIL images, numpy arrays or tensors, file paths,
+                bytes, base64 or ``data:`` URLs (docs/inputs.md).
+
+        Returns:
+            One 32-byte blake3 digest per image, in input order.
+
+        Raises:
+            UnsupportedImageTypeError: ``images`` is not a list/tuple, or holds an unsupported type.
+            InvalidImageError: an image cannot be read (a missing file, bad base64, a non-image).
+            ImageTooLargeError: an image is larger than ``max_image_bytes``.
+        """
         return self._keys.digests(images)
 
     def key(self, level: str, images: Sequence[Any], prompt: str | None = None) -> str | None:
-        """The key of ``images`` (in order) and ``prompt`` in ``level``; None for no images."""
+        """The key of ``images`` (in order) and ``prompt`` in ``level``.
+
+        Args:
+            level: ``"pixel"``, ``"pixel_only"``, ``"encoding"`` or ``"embedding"``.
+            images: a sequence of images: PIL images, numpy arrays or tensors, file paths,
+                bytes, base64 or ``data:`` URLs (docs/inputs.md).
+            prompt: the prompt, for the prompt-keyed levels (``pixel``, ``encoding``).
+
+        Returns:
+            The key (namespace, salt, level and content digests), or None for no images.
+
+        Raises:
+            UnsupportedImageTypeError: ``images`` is not a list/tuple, or holds an unsupported type.
+            InvalidImageError: an image cannot be read (a missing file, bad base64, a non-image).
+            ImageTooLargeError: an image is larger than ``max_image_bytes``.
+            InvalidArgumentError: ``level`` names no level.
+        """
+        if level not in self._levels:
+            raise InvalidArgumentError(f"level must be one of {sorted(self._levels)}, got {level!r}")
         key = self._keys.key(level, images, prompt)
         return key if len(images) else None
 
@@ -191,15 +222,42 @@ class VisionEmbeddingCache:
 
     # ---- per-image levels ----------------------------------------------------------------------
     def get_image_embeddings(self, images: Sequence[Any]) -> list[Any | None]:
-        """The cached encoder output of each image, or None where missing; in input order."""
+        """The cached encoder output of each image (memory first, then the tiers).
+
+        Args:
+            images: a sequence of images: PIL images, numpy arrays or tensors, file paths,
+                bytes, base64 or ``data:`` URLs (docs/inputs.md).
+
+        Returns:
+            One value per image, in input order, None where nothing is cached (or disabled).
+
+        Raises:
+            UnsupportedImageTypeError: ``images`` is not a list/tuple, or holds an unsupported type.
+            InvalidImageError: an image cannot be read (a missing file, bad base64, a non-image).
+            ImageTooLargeError: an image is larger than ``max_image_bytes``.
+        """
         keys = self._keys.image_keys("embedding", images)
         return self._levels["embedding"].get_many(keys) if self.enabled else [None] * len(keys)
 
     def set_image_embeddings(
         self, images: Sequence[Any], values: Sequence[Any], encoding_time: float = 0.0
     ) -> None:
-        """Store one encoder output per image; ``encoding_time`` is what encoding them all cost.
-        Every value is checked before any is stored: a bad one stores nothing."""
+        """Store one encoder output per image (in memory, and written behind to the tiers).
+
+        Args:
+            images: a sequence of images: PIL images, numpy arrays or tensors, file paths,
+                bytes, base64 or ``data:`` URLs (docs/inputs.md).
+            values: one encoder output per image (an array, tensor or a tree of them).
+            encoding_time: seconds encoding them all cost (the cost policy weighs entries by it).
+
+        Raises:
+            UnsupportedImageTypeError: ``images`` is not a list/tuple, or holds an unsupported type.
+            InvalidImageError: an image cannot be read (a missing file, bad base64, a non-image).
+            ImageTooLargeError: an image is larger than ``max_image_bytes``.
+            UnsupportedInputTypeError: ``values`` is not a list/tuple.
+            InvalidArgumentError: the counts differ, or a value cannot be sized. Every value is
+                checked before any is stored: a bad one stores nothing.
+        """
         keys = self._keys.image_keys("embedding", images)
         if not is_image_sequence(values):
             raise UnsupportedInputTypeError(f"values must be a list or tuple, got {describe_input(values)}")
@@ -222,6 +280,24 @@ class VisionEmbeddingCache:
         The misses, deduplicated and in first-seen order, go to ONE call of
         ``encode_fn(missing_images) -> values``; ``encode_fn`` is not called when all hit. While
         one thread encodes an image, others asking for it wait for that result. See `Level.resolve`.
+
+        Args:
+            images: a sequence of images: PIL images, numpy arrays or tensors, file paths,
+                bytes, base64 or ``data:`` URLs (docs/inputs.md).
+            encode_fn: ``(images) -> values``, one value per image given, in order.
+            expect: an `Expectation` (e.g. token counts) a value must meet to be stored and
+                returned from the cache; a cached value that fails it is encoded again.
+
+        Returns:
+            One value per image, in input order.
+
+        Raises:
+            UnsupportedImageTypeError: ``images`` is not a list/tuple, or holds an unsupported type.
+            InvalidImageError: an image cannot be read (a missing file, bad base64, a non-image).
+            ImageTooLargeError: an image is larger than ``max_image_bytes``.
+            EncoderOutputError: ``encode_fn`` returned another number of values than images, or a
+                value visioncache cannot store. What ``encode_fn`` raises propagates, and
+                nothing is stored for its images.
         """
         return self.encode_batch([images], encode_fn, expect=None if expect is None else [expect])[0]
 
@@ -234,7 +310,18 @@ class VisionEmbeddingCache:
     ) -> list[list[Any]]:
         """`encode_images` for a scheduler step: all misses of all requests in one encode call.
 
-        ``expect`` is a callable for every value, or one `Expectation` per request.
+        Args:
+            requests: one image sequence per request (see `encode_images`).
+            encode_fn: ``(images) -> values`` for the step's misses, deduplicated across requests.
+            expect: a callable for every value, or one `Expectation` per request.
+
+        Returns:
+            One list of values per request, each in its request's image order.
+
+        Raises:
+            UnsupportedImageTypeError: ``requests`` is not a list of image lists (or see `encode_images`).
+            InvalidArgumentError: ``expect`` does not match the requests.
+            EncoderOutputError: as for `encode_images`.
         """
         if not is_image_sequence(requests):
             raise UnsupportedImageTypeError(
@@ -267,6 +354,20 @@ class VisionEmbeddingCache:
 
         Entries live in the pixel-only level under the key of a one-image list, so
         ``get_pixel_values([image])`` finds them too.
+
+        Args:
+            images: a sequence of images: PIL images, numpy arrays or tensors, file paths,
+                bytes, base64 or ``data:`` URLs (docs/inputs.md).
+            preprocess_fn: ``(images) -> entries``, one `PixelOnlyCacheEntry` per image given.
+
+        Returns:
+            One `PixelOnlyCacheEntry` per image, in input order.
+
+        Raises:
+            UnsupportedImageTypeError: ``images`` is not a list/tuple, or holds an unsupported type.
+            InvalidImageError: an image cannot be read (a missing file, bad base64, a non-image).
+            ImageTooLargeError: an image is larger than ``max_image_bytes``.
+            EncoderOutputError: ``preprocess_fn`` returned another number of entries than images.
         """
         keys = self._keys.image_keys("pixel_only", images)
         if not keys:
@@ -277,9 +378,23 @@ class VisionEmbeddingCache:
 
     def discard_images(self, images: Sequence[Any], *, flush_seconds: float = 10.0) -> int:
         """Remove these images' per-image entries (embeddings, pixel values) from memory and
-        from every tier, under every secret the tiers accept; returns how many copies were
-        removed. Writes still queued for the tiers are flushed first (up to ``flush_seconds``),
-        so none lands after the removal. Entries of the prompt-keyed levels are not per image.
+        from every tier, under every secret the tiers accept (a purge).
+
+        Writes still queued for the tiers are flushed first (up to ``flush_seconds``), so none
+        lands after the removal. Entries of the prompt-keyed levels are not per image.
+
+        Args:
+            images: a sequence of images: PIL images, numpy arrays or tensors, file paths,
+                bytes, base64 or ``data:`` URLs (docs/inputs.md).
+            flush_seconds: how long to wait for queued tier writes first.
+
+        Returns:
+            How many stored copies were removed (memory and tiers).
+
+        Raises:
+            UnsupportedImageTypeError: ``images`` is not a list/tuple, or holds an unsupported type.
+            InvalidImageError: an image cannot be read (a missing file, bad base64, a non-image).
+            ImageTooLargeError: an image is larger than ``max_image_bytes``.
         """
         keys = [
             (self._levels[level], self._keys.builder.image_key(level, digest))
