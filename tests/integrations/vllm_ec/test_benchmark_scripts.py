@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks import _ec_engine, _ec_faults, bench_vllm_serve, compare_ec_example
+from benchmarks import _ec_engine, _ec_faults, bench_tier_cost, bench_vllm_serve, compare_ec_example
 from benchmarks._vllm_serving import (
     Client,
     client_args,
@@ -184,3 +184,17 @@ def test_delete_mid_run_deletes_only_once_a_load_was_chosen(
     assert connector.has_cache_item("hit")
     connector.update_state_after_alloc(Request(), 1)
     assert not entry.exists()
+
+
+def test_the_tier_cost_benchmark_gives_every_store_back_what_it_saved(tmp_path: Path) -> None:
+    """Each store of `bench_tier_cost.py` round-trips the items it times, vLLM's connector included."""
+    from visioncache.tiers import DiskTier, TierChain
+
+    example = bench_tier_cost.example_connector_store(str(tmp_path / "example"))
+    assert example is not None  # vLLM is installed here: its connector must be driven
+    disk = TierChain([DiskTier(tmp_path / "disk")], max_pending_write_bytes=0)
+    stores = [bench_tier_cost.visioncache_store("visioncache disk", disk), example]
+    medians = bench_tier_cost.measure(stores, tokens=8, items=2)
+    assert set(medians) == {"visioncache disk", "ECExampleConnector (disk)"}
+    assert all(save > 0 and load > 0 for save, load in medians.values())
+    assert len(list((tmp_path / "example").iterdir())) == 2  # one file per item, as vLLM writes them
