@@ -80,9 +80,17 @@ class Family(ABC):
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
         """One image-processor call over ``images``; one entry per image, its arrays mlx."""
 
-    @abstractmethod
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
-        """The layout of a preprocessed image (what `image_text` needs)."""
+        """The layout of a preprocessed image (what `image_text` needs).
+
+        Args:
+            entry: the image's preprocessed entry.
+
+        Returns:
+            Default: its ``image_grid_thw`` (the patch grid, Qwen's and Gemma 4's layout), or
+            nothing for a family whose every image has one layout.
+        """
+        return {} if entry.image_grid_thw is None else {"image_grid_thw": entry.image_grid_thw}
 
     @abstractmethod
     def pixel_inputs(

@@ -79,9 +79,6 @@ class Gemma4(Family):
             )
         return entries
 
-    def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
-        return {"image_grid_thw": entry.image_grid_thw}
-
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
     ) -> dict[str, Any]:

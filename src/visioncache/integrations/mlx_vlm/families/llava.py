@@ -27,7 +27,7 @@ import numpy as np
 from visioncache import PixelOnlyCacheEntry
 from visioncache.integrations.mlx_vlm.families.base import ImageValue, split_rows
 from visioncache.integrations.mlx_vlm.families.images import load_images
-from visioncache.integrations.mlx_vlm.families.scattered import ScatteredFeatures, pixel_entries
+from visioncache.integrations.mlx_vlm.families.scattered import ScatteredFeatures, pixel_entries, size_layout
 from visioncache.integrations.mlx_vlm.imports import import_mlx
 from visioncache.integrations.mlx_vlm.protocols import Model, Processor
 
@@ -47,8 +47,7 @@ class LLaVA(ScatteredFeatures):
 
     # ---- one image ---------------------------------------------------------------------------
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
-        _, height, width = entry.pixel_values.shape
-        return {"height": int(height), "width": int(width)}
+        return size_layout(entry)
 
     def uncached_inputs(self, processor: Processor, images: Sequence[Any], prompt: str) -> dict[str, Any]:
         loaded = load_images(images, processor.image_processor)
@@ -113,8 +112,7 @@ class Mistral3(ScatteredFeatures):
         return pixel_entries(corners, started)
 
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
-        _, height, width = entry.pixel_values.shape
-        return {"height": int(height), "width": int(width)}
+        return size_layout(entry)
 
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]

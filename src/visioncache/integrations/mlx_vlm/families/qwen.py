@@ -61,9 +61,6 @@ class Qwen2VL(Family):
             for rows, grid in zip(per_image_rows, grids, strict=True)
         ]
 
-    def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
-        return {"image_grid_thw": entry.image_grid_thw}
-
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
     ) -> dict[str, Any]:

@@ -47,6 +47,12 @@ def generate_forward(model: Model, inputs: Mapping[str, Any], *, cache: Any = No
     return model.language_model(input_ids, inputs_embeds=embeddings.inputs_embeds, cache=cache, **extra)
 
 
+def size_layout(entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
+    """The height and width of an image's pixels (channels first): LLaVA's and Mistral 3's layout."""
+    _, height, width = entry.pixel_values.shape
+    return {"height": int(height), "width": int(width)}
+
+
 def pixel_entries(pixels: Sequence[Any], started: float) -> list[PixelOnlyCacheEntry]:
     """One entry per image's pixels (mlx), each charged an equal share of the time since ``started``."""
     mx = import_mlx()
@@ -68,9 +74,6 @@ class ScatteredFeatures(Family):
         image_processor = processor.image_processor
         pixels = np.asarray(image_processor(load_images(images, image_processor))["pixel_values"])
         return pixel_entries(list(pixels), started)
-
-    def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
-        return {}
 
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
