@@ -62,6 +62,7 @@ from visioncache.integrations.vllm_mlx.patches import (
     replacements,
 )
 from visioncache.integrations.vllm_mlx.prefix_cache import ImageAwarePrefixCache
+from visioncache.integrations.vllm_mlx.protocols import GENERATOR_STATE, BatchGenerator, BatchRequest
 from visioncache.integrations.vllm_mlx.settings import VisionCacheSettings
 from visioncache.integrations.vllm_mlx.step import EngineState
 from visioncache.integrations.vllm_mlx.tenants import NO_TENANT, current, warn_if_shared
@@ -159,7 +160,7 @@ class Installation:
             "visioncache: not used for this model, vllm-mlx serves it with its own code: %s", reason
         )
 
-    def attach(self, generator: Any) -> EngineState | None:
+    def attach(self, generator: BatchGenerator) -> EngineState | None:
         """Give a new batch generator its visioncache (and image-aware prefix cache); None, and
         the generator left as vllm-mlx built it, for a model visioncache does not serve.
 
@@ -173,7 +174,7 @@ class Installation:
         if generator.prefix_cache is not None and state.kv_reuse:
             generator.prefix_cache = ImageAwarePrefixCache(generator.prefix_cache, state.stats, state.salt)
             self.prefix_caches.append(generator.prefix_cache)
-        generator._visioncache_state = state
+        setattr(generator, GENERATOR_STATE, state)
         return state
 
     # ---- tenants (`tenants`) ---------------------------------------------------------------------
@@ -193,7 +194,7 @@ class Installation:
                 while len(self._noted) > _MAX_NOTED:
                     self._noted.popitem(last=False)
 
-    def tenant_of(self, request: Any) -> str | None:
+    def tenant_of(self, request: BatchRequest) -> str | None:
         """The tenant secret of one of vllm-mlx's batch requests (kept on it from its first step)."""
         if self.tenants is None:
             return self.settings.salt
@@ -204,9 +205,9 @@ class Installation:
         tenant: str | None = getattr(request, _TENANT_ATTRIBUTE)
         return tenant
 
-    def by_tenant(self, requests: Sequence[Any]) -> dict[str | None, list[Any]]:
+    def by_tenant(self, requests: Sequence[BatchRequest]) -> dict[str | None, list[BatchRequest]]:
         """A step's requests grouped by tenant, in order."""
-        groups: dict[str | None, list[Any]] = {}
+        groups: dict[str | None, list[BatchRequest]] = {}
         for request in requests:
             groups.setdefault(self.tenant_of(request), []).append(request)
         return groups

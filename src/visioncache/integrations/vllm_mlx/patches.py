@@ -15,6 +15,12 @@ from visioncache.integrations.mlx_vlm import Model, Processor
 from visioncache.integrations.vllm_mlx.compat import GENERATOR, SCHEDULER, patched
 from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.prefix_cache import select_request
+from visioncache.integrations.vllm_mlx.protocols import (
+    GENERATOR_STATE,
+    BatchGenerator,
+    BatchRequest,
+    Scheduler,
+)
 from visioncache.integrations.vllm_mlx.step import (
     STATE_ATTRIBUTE,
     EngineState,
@@ -43,15 +49,15 @@ class Host(Protocol):
     @property
     def handles(self) -> Handles | None: ...
 
-    def attach(self, generator: Any) -> EngineState | None: ...
+    def attach(self, generator: BatchGenerator) -> EngineState | None: ...
     def engine(self, model: Model, processor: Processor) -> EngineState | None: ...
     def note_request(self, request_id: str) -> None: ...
-    def tenant_of(self, request: Any) -> str | None: ...
-    def by_tenant(self, requests: Sequence[Any]) -> dict[str | None, list[Any]]: ...
+    def tenant_of(self, request: BatchRequest) -> str | None: ...
+    def by_tenant(self, requests: Sequence[BatchRequest]) -> dict[str | None, list[BatchRequest]]: ...
     def tenant_state(self, state: EngineState, tenant: str | None) -> EngineState: ...
 
 
-def _prepared(request: Any) -> PreparedRequest | None:
+def _prepared(request: BatchRequest) -> PreparedRequest | None:
     prepared = getattr(request, STATE_ATTRIBUTE, None)
     return prepared if isinstance(prepared, PreparedRequest) else None
 
@@ -62,6 +68,11 @@ def _batch_ids(input_ids: Any) -> Any:
 
 def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
     """The batch generator's replacement methods (and the module guard), and the scheduler's."""
+    return generator_replacements(installation), scheduler_replacements(installation)
+
+
+def generator_replacements(installation: Host) -> dict[str, Any]:
+    """``MLLMBatchGenerator``'s replacement methods, and the module's prefix-cache guard."""
     originals = installation.originals
     init, process, preprocess = (
         originals["__init__"],
@@ -71,15 +82,13 @@ def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
     run_vision_encoding, stock_stats = originals["_run_vision_encoding"], originals["get_vision_cache_stats"]
     stock_kwargs = originals["_language_model_kwargs"].__func__
     stock_guard = installation.original_guard
-    scheduler_init = installation.scheduler_originals["__init__"]
-    scheduler_add_request = installation.scheduler_originals["add_request"]
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: BatchGenerator, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         installation.attach(self)
 
-    def _process_prompts(self: Any, requests: list[Any]) -> Any:
-        state: EngineState | None = getattr(self, "_visioncache_state", None)
+    def _process_prompts(self: BatchGenerator, requests: list[BatchRequest]) -> Any:
+        state: EngineState | None = getattr(self, GENERATOR_STATE, None)
         if state is None:  # a generator built before install: vllm-mlx's own path
             return process(self, requests)
         step = list(requests)  # vllm-mlx removes failed requests from `requests`
@@ -92,7 +101,7 @@ def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
         finally:
             release_step(step)
 
-    def _preprocess_request(self: Any, request: Any) -> None:
+    def _preprocess_request(self: BatchGenerator, request: BatchRequest) -> None:
         prepared = getattr(request, STATE_ATTRIBUTE, None)
         if prepared is None:
             return preprocess(self, request)  # type: ignore[no-any-return]
@@ -101,7 +110,7 @@ def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
         request.is_text_only = False
         return None
 
-    def _run_vision_encoding(self: Any, request: Any, cache: Any = None) -> Any:
+    def _run_vision_encoding(self: BatchGenerator, request: BatchRequest, cache: Any = None) -> Any:
         prepared = _prepared(request)
         if prepared is None:
             return run_vision_encoding(self, request, cache)
@@ -113,7 +122,7 @@ def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
         return output.logits if hasattr(output, "logits") else output
 
     def _language_model_kwargs(
-        request: Any, position_start: int | None = None, position_end: int | None = None
+        request: BatchRequest, position_start: int | None = None, position_end: int | None = None
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = stock_kwargs(request, position_start, position_end)
         prepared = _prepared(request)
@@ -122,8 +131,8 @@ def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
             kwargs.update(prepared.family.window(feed, position_start or 0, position_end))
         return kwargs
 
-    def get_vision_cache_stats(self: Any) -> dict[str, Any]:
-        state = getattr(self, "_visioncache_state", None)
+    def get_vision_cache_stats(self: BatchGenerator) -> dict[str, Any]:
+        state = getattr(self, GENERATOR_STATE, None)
         if state is None:  # a generator left to vllm-mlx's own code
             return stock_stats(self)  # type: ignore[no-any-return]
         stats = dict(self.vision_cache.get_stats())
@@ -132,22 +141,13 @@ def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
             stats.update(installation.handles.counters())
         return stats
 
-    def is_text_only_prefix_cache_request(request: Any) -> bool:
+    def is_text_only_prefix_cache_request(request: BatchRequest) -> bool:
         prepared = _prepared(request)
         key = prepared.prefix_key if prepared is not None else None
         select_request(key, installation.tenant_of(request))
         return True if key is not None else bool(stock_guard(request))
 
-    def scheduler_init_checked(self: Any, *args: Any, **kwargs: Any) -> None:
-        scheduler_init(self, *args, **kwargs)
-        installation.engine(self.model, self.processor)  # refuses the model now, at server start
-
-    def add_request(self: Any, *args: Any, **kwargs: Any) -> Any:
-        request_id = scheduler_add_request(self, *args, **kwargs)
-        installation.note_request(request_id)  # in the HTTP request's handling: its tenant
-        return request_id
-
-    generator = {
+    return {
         "__init__": __init__,
         "_process_prompts": _process_prompts,
         "_preprocess_request": _preprocess_request,
@@ -156,4 +156,20 @@ def replacements(installation: Host) -> tuple[dict[str, Any], dict[str, Any]]:
         "get_vision_cache_stats": get_vision_cache_stats,
         GUARD: is_text_only_prefix_cache_request,
     }
-    return generator, {"__init__": scheduler_init_checked, "add_request": add_request}
+
+
+def scheduler_replacements(installation: Host) -> dict[str, Any]:
+    """``MLLMScheduler``'s replacement methods."""
+    scheduler_init = installation.scheduler_originals["__init__"]
+    scheduler_add_request = installation.scheduler_originals["add_request"]
+
+    def scheduler_init_checked(self: Scheduler, *args: Any, **kwargs: Any) -> None:
+        scheduler_init(self, *args, **kwargs)
+        installation.engine(self.model, self.processor)  # refuses the model now, at server start
+
+    def add_request(self: Scheduler, *args: Any, **kwargs: Any) -> Any:
+        request_id = scheduler_add_request(self, *args, **kwargs)
+        installation.note_request(request_id)  # in the HTTP request's handling: its tenant
+        return request_id
+
+    return {"__init__": scheduler_init_checked, "add_request": add_request}
