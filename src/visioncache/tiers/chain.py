@@ -173,24 +173,6 @@ class TierChain:
     def load_entry(self, key: str) -> tuple[Any, float] | None:
         return self.load_entries([key])[0]
 
-    def contains_many(self, keys: Sequence[str]) -> list[bool]:
-        """Whether some tier holds each key (not verified: a later load may still miss)."""
-        found = [False] * len(keys)
-        variants = [self.tier_keys(key) for key in keys]
-        width = len(self._secrets)
-        for tier in self._guarded:
-            pending = [index for index, hit in enumerate(found) if not hit]
-            if not pending:
-                break
-            names = [name for index in pending for name in variants[index]]
-            try:
-                ok, answers = tier.call(partial(tier.tier.contains_many, names))
-            except CorruptEntryError:
-                continue
-            for position, index in enumerate(pending):
-                found[index] = ok and any(answers[position * width : (position + 1) * width])
-        return found
-
     def delete(self, key: str) -> int:
         """Remove ``key``, under every accepted secret, from every tier now (a purge); how many
         stored copies were removed. A tier that fails is counted and skipped, as for reads."""
