@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
+from typing_extensions import override
+
 from visioncache.extras import requires
 from visioncache.stats import CacheStats
 from visioncache.store import StoreStats
@@ -97,6 +99,7 @@ class VisionCacheCollector(Collector):
         # would read the cache's stats before the caller has finished setting it up.
         return []
 
+    @override
     def collect(self) -> Iterator[Metric]:
         stats = self._cache.snapshot()
         yield from self._families(_LEVEL_METRICS, "level", dict(stats.levels))

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 import diskcache
+from typing_extensions import override
 
 from visioncache.errors import CorruptEntryError
 
@@ -92,17 +93,20 @@ class BytesOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no
         super().__init__(directory, **kwargs)
         self._written = threading.local()  # the value file this thread's last `store` wrote
 
+    @override
     def put(self, key: Any) -> tuple[Any, bool]:
         if type(key) is not str:
             raise TypeError(f"DiskTier keys are str, got {type(key).__name__}")
         result: tuple[Any, bool] = super().put(key)
         return result
 
+    @override
     def get(self, key: Any, raw: bool) -> Any:
         if not raw:
             raise CorruptEntryError("refusing to unpickle a key found in the disk tier")
         return super().get(key, raw)
 
+    @override
     def store(self, value: Any, read: bool, key: Any = diskcache.UNKNOWN) -> Any:
         if type(value) is not bytes:
             raise TypeError(f"DiskTier values are bytes, got {type(value).__name__}")
@@ -141,6 +145,7 @@ class BytesOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no
         if filename is not None:
             self.remove(filename)
 
+    @override
     def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
         if mode not in (diskcache.core.MODE_RAW, diskcache.core.MODE_BINARY) or read:
             raise CorruptEntryError(f"refusing to decode a disk-tier value stored in mode {mode}")
@@ -158,6 +163,7 @@ class BoundedCache(diskcache.Cache):  # type: ignore[misc]  # diskcache ships no
         self._open_timeout = open_timeout  # read by _sql_retry inside diskcache's __init__
         super().__init__(directory, disk=BytesOnlyDisk, **kwargs)
 
+    @override
     @property
     def _con(self) -> sqlite3.Connection:
         """This thread's connection (diskcache's, held by a `_Holder`); a forked child makes its
@@ -182,6 +188,7 @@ class BoundedCache(diskcache.Cache):  # type: ignore[misc]  # diskcache ships no
                 self.reset(key, value, update=False)
         return connection
 
+    @override
     def close(self) -> None:
         """Close this thread's connection (call it inside the tier's gate)."""
         holder: _Holder | None = getattr(self._local, "holder", None)
@@ -212,6 +219,7 @@ class BoundedCache(diskcache.Cache):  # type: ignore[misc]  # diskcache ships no
                 return False
         return True
 
+    @override
     @property
     def _sql_retry(self) -> Callable[..., Any]:
         sql = self._sql

@@ -48,6 +48,8 @@ from vllm.distributed.ec_transfer.ec_connector.base import (  # isort: skip  (af
     ECConnectorRole,
 )
 
+from typing_extensions import override
+
 from visioncache import CacheStats, ConfigurationError
 from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.integrations.vllm.counters import ConnectorCounters
@@ -136,6 +138,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         self._device: torch.device | None = None
 
     # ---- scheduler side --------------------------------------------------------------------
+    @override
     def ensure_cache_available(self, request: Request, num_computed_tokens: int) -> bool:
         """Note the not-yet-computed items of ``request``: vLLM asks about them next. Reads
         nothing; never defers."""
@@ -148,6 +151,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         digest = self._items.digest_of(request, index)
         return None if scope is None or digest is None else self.store.key(digest, scope)
 
+    @override
     def has_cache_item(self, identifier: str) -> bool:
         """True only once the item's verified output is in hand (held until the step's metadata)."""
         if not self.is_consumer:
@@ -179,6 +183,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         self._staged.put(key, tensor)
         return True
 
+    @override
     def update_state_after_alloc(self, request: Request, index: int) -> None:
         identifier = request.mm_features[index].identifier
         keyed = self._key(request, index)
@@ -201,12 +206,14 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             return
         self._loads[identifier] = tensor
 
+    @override
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> VisionCacheECMetadata:
         metadata = VisionCacheECMetadata(loads=self._loads, saves=self._save_keys)
         self._loads, self._save_keys = {}, {}
         self._items.end_step()
         return metadata
 
+    @override
     def request_finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
         self._items.finished(request.request_id)
         return False, None
@@ -218,16 +225,19 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             self._staged.clear()
             self.counters.add("weight_epochs", 1)
 
+    @override
     def take_unavailable_requests(self) -> set[str]:
         unavailable, self._unavailable = self._unavailable, set()
         return unavailable
 
+    @override
     def update_connector_output(self, connector_output: ECConnectorOutput) -> None:
         counts = connector_output.ec_connector_worker_meta
         if isinstance(counts, WorkerCounts):
             for name, value in counts.as_dict().items():
                 self.counters.add(name, value)
 
+    @override
     def get_ec_connector_stats(self) -> VisionCacheECStats | None:
         """This interval's counters, with the tiers' error counts since the last call. The
         scheduler half reports for both: vLLM's V2 model runner also asks the worker half, whose
@@ -253,10 +263,12 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             seconds_saved=count("seconds_saved"),
         )
 
+    @override
     @classmethod
     def build_ec_connector_stats(cls, data: dict[str, Any] | None = None) -> VisionCacheECStats:
         return VisionCacheECStats(data=dict(data or {}))
 
+    @override
     @classmethod
     def build_prom_metrics(
         cls,
@@ -268,9 +280,11 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         return VisionCachePromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     # ---- worker side -----------------------------------------------------------------------
+    @override
     def start_save_caches(self, **kwargs: Any) -> None:
         self._saves.start_step()
 
+    @override
     def start_load_caches(self, encoder_cache: dict[str, torch.Tensor], **kwargs: Any) -> None:
         """Place this step's verified loads on the worker's device, in the encoder's dtype."""
         metadata = self._get_connector_metadata()
@@ -281,6 +295,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
                     encoder_cache[identifier] = tensor.to(device=device, dtype=self._dtype)
         self._saves.start_step()  # the encoder runs next
 
+    @override
     def save_caches(self, encoder_cache: dict[str, torch.Tensor], mm_hash: str, **kwargs: Any) -> None:
         """Note the output under the key the scheduler sent for it (none: not saved); it is handed
         to the writer at the end of the step (no waiting here)."""
@@ -291,6 +306,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
         if keyed is not None and _is_first_tensor_parallel_rank():
             self._saves.note(*keyed, encoder_cache[mm_hash])
 
+    @override
     def build_connector_worker_meta(self) -> WorkerCounts | None:
         """End of the step: queue its saves (`WorkerSaves.end_step`)."""
         return self._saves.end_step()
@@ -305,6 +321,7 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             self._device = torch.device(name)
         return self._device
 
+    @override
     def shutdown(self) -> None:
         """The worker: every save written or counted as dropped before vLLM's grace period ends
         (`WorkerSaves.shutdown`); the scheduler: close its tiers."""

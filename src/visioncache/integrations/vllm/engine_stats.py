@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from typing_extensions import override
 from vllm.distributed.ec_transfer.ec_connector.base import ECConnectorWorkerMetadata
 from vllm.distributed.ec_transfer.ec_connector.metrics import ECConnectorPromMetrics, ECConnectorStats
 
@@ -53,6 +54,7 @@ class WorkerCounts(ECConnectorWorkerMetadata):  # type: ignore[misc]  # vLLM is 
     tier_unverified: int = 0
     tier_skipped: int = 0
 
+    @override
     def aggregate(self, other: ECConnectorWorkerMetadata) -> ECConnectorWorkerMetadata:
         if not isinstance(other, WorkerCounts):
             return self
@@ -70,14 +72,17 @@ class VisionCacheECStats(ECConnectorStats):  # type: ignore[misc]  # vLLM is unt
 
     data: dict[str, Any] = field(default_factory=dict)
 
+    @override
     def reset(self) -> None:
         self.data = {}
 
+    @override
     def aggregate(self, other: ECConnectorStats) -> ECConnectorStats:
         for name in _NAMES:
             self.data[name] = self.data.get(name, 0) + other.data.get(name, 0)
         return self
 
+    @override
     def reduce(self) -> dict[str, int | float]:
         reduced: dict[str, int | float] = {name: self.data.get(name, 0) for name in _NAMES}
         hits = reduced["hits"]
@@ -86,6 +91,7 @@ class VisionCacheECStats(ECConnectorStats):  # type: ignore[misc]  # vLLM is unt
         reduced["ms_per_encode"] = round(1e3 * reduced["encode_seconds"] / encoded, 3) if encoded else 0.0
         return reduced
 
+    @override
     def is_empty(self) -> bool:
         return not any(self.data.get(name) for name in _NAMES)
 
@@ -110,6 +116,7 @@ class VisionCachePromMetrics(ECConnectorPromMetrics):  # type: ignore[misc]  # v
                 engine: counter.labels(*values) for engine, values in per_engine_labelvalues.items()
             }
 
+    @override
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         for name, children in self._counters.items():
             value = transfer_stats_data.get(name, 0)

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from visioncache import ConfigurationError, PixelOnlyCacheEntry
 from visioncache.integrations.mlx_vlm.families.base import ImageValue
 from visioncache.integrations.mlx_vlm.families.scattered import ScatteredFeatures
@@ -36,6 +38,7 @@ class Gemma3(ScatteredFeatures):
     positions = "1-D RoPE; sliding-window and global layers"
 
     # ---- one image ---------------------------------------------------------------------------
+    @override
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
         if getattr(processor.image_processor, "do_pan_and_scan", None):
             raise ConfigurationError(
@@ -45,18 +48,22 @@ class Gemma3(ScatteredFeatures):
         return super().preprocess(processor, images)
 
     # ---- its placeholder ---------------------------------------------------------------------
+    @override
     def placeholder(self, processor: Processor) -> str:
         token: str = getattr(processor, "boi_token")  # noqa: B009 - the processor expands it
         return token
 
+    @override
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
         sequence: str = getattr(processor, "full_image_sequence")  # noqa: B009
         return sequence
 
+    @override
     def token_count(self, model: Model, layout: Mapping[str, Any]) -> int:
         return int(getattr(model.config, "text_config").mm_tokens_per_image)  # noqa: B009
 
     # ---- misses, batched ---------------------------------------------------------------------
+    @override
     def encode(self, model: Model, entries: Sequence[PixelOnlyCacheEntry]) -> list[ImageValue]:
         mx = import_mlx()
         pixels = mx.stack([entry.pixel_values for entry in entries]).astype(self.embedding_dtype(model))
@@ -64,6 +71,7 @@ class Gemma3(ScatteredFeatures):
         return self.projected(model, hidden, len(entries))
 
     # ---- what the model is fed ---------------------------------------------------------------
+    @override
     def reusable_prefix(
         self, model: Model, token_ids: Sequence[int], reused: int, stored: int | None
     ) -> bool:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from typing_extensions import override
 
 from visioncache import PixelOnlyCacheEntry
 from visioncache.integrations.mlx_vlm.families.base import Family, Feed, ImageValue, split_rows
@@ -61,6 +62,7 @@ class Gemma4(Family):
     positions = "1-D RoPE; sliding-window and global layers; bidirectional within an image"
 
     # ---- one image ---------------------------------------------------------------------------
+    @override
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
         mx = import_mlx()
         started = time.perf_counter()
@@ -79,6 +81,7 @@ class Gemma4(Family):
             )
         return entries
 
+    @override
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
     ) -> dict[str, Any]:
@@ -90,19 +93,23 @@ class Gemma4(Family):
         return {"pixel_values": pixels}
 
     # ---- its placeholder ---------------------------------------------------------------------
+    @override
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
         kernel = int(getattr(processor.image_processor, "pooling_kernel_size"))  # noqa: B009
         tokens = _soft_tokens(layout, kernel)
         boi, eoi = getattr(processor, "boi_token"), getattr(processor, "eoi_token")  # noqa: B009
         return f"{boi}{self.placeholder(processor) * tokens}{eoi}"
 
+    @override
     def token_count(self, model: Model, layout: Mapping[str, Any]) -> int:
         return _soft_tokens(layout, int(_vision(model).pooling_kernel_size))
 
     # ---- misses, batched ---------------------------------------------------------------------
+    @override
     def tower(self, model: Model) -> Any:
         return getattr(model, "vision_tower")  # noqa: B009
 
+    @override
     def encode(self, model: Model, entries: Sequence[PixelOnlyCacheEntry]) -> list[ImageValue]:
         mx = import_mlx()
         dtype = self.tower_dtype(model)
@@ -118,6 +125,7 @@ class Gemma4(Family):
         ]
 
     # ---- what the model is fed ---------------------------------------------------------------
+    @override
     def hook_inputs(self, model: Model, values: Sequence[ImageValue]) -> dict[str, Any]:
         mx = import_mlx()
         return {
@@ -126,6 +134,7 @@ class Gemma4(Family):
             "cached_image_features": mx.concatenate([value["image_features"] for value in values]),
         }
 
+    @override
     def feed(self, model: Model, input_ids: Array, hook: Mapping[str, Any]) -> Feed:
         hook = dict(hook)
         token_types = hook.pop("mm_token_type_ids", None)
@@ -138,6 +147,7 @@ class Gemma4(Family):
         bidirectional = getattr(text, "use_bidirectional_attention", None) == "vision"
         return Gemma4Feed(input_ids, inputs, bidirectional=bidirectional)
 
+    @override
     def uncached_forward(self, model: Model, inputs: Mapping[str, Any]) -> Any:
         # mlx-vlm's generate gives the padding mask to get_input_embeddings only, vllm-mlx as
         # ``attention_mask=``: Gemma 4's language model builds its own masks. (``mask=`` would
@@ -146,11 +156,13 @@ class Gemma4(Family):
         input_ids, pixel_values = inputs.pop("input_ids"), inputs.pop("pixel_values")
         return model(input_ids, pixel_values, **inputs)
 
+    @override
     def forward(self, model: Model, feed: Feed, *, cache: Any = None, mask: Array = None) -> Any:
         # Gemma4 Model.__call__: language_model(None, inputs_embeds, per_layer_inputs, ...); the
         # masks are the language model's own (a padding mask is not one of them).
         return model.language_model(None, cache=cache, **feed.inputs)
 
+    @override
     def window(self, feed: Feed, start: int, end: int) -> dict[str, Any]:
         window: dict[str, Any] = {"inputs_embeds": feed.inputs_embeds[:, start:end]}
         per_layer = feed.inputs.get("per_layer_inputs")
@@ -161,6 +173,7 @@ class Gemma4(Family):
             window["mask"] = _block_mask(token_types, start, end)
         return window
 
+    @override
     def reusable_prefix(
         self, model: Model, token_ids: Sequence[int], reused: int, stored: int | None
     ) -> bool:

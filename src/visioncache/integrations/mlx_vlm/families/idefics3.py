@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from typing_extensions import override
 
 from visioncache import PixelOnlyCacheEntry
 from visioncache.integrations.mlx_vlm.families.base import Family, Feed, ImageValue, split_rows
@@ -50,6 +51,7 @@ class Idefics3(Family):
     positions = "1-D RoPE"
 
     # ---- one image ---------------------------------------------------------------------------
+    @override
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
         mx = import_mlx()
         started = time.perf_counter()
@@ -71,9 +73,11 @@ class Idefics3(Family):
             entries.append(PixelOnlyCacheEntry(pixel_values=values, processing_time=seconds_per_image))
         return entries
 
+    @override
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
         return {"rows": entry.pixel_values["rows"], "cols": entry.pixel_values["cols"]}
 
+    @override
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
     ) -> dict[str, Any]:
@@ -102,6 +106,7 @@ class Idefics3(Family):
         return {"pixel_values": mx.stack(pixels), "pixel_attention_mask": mx.stack(masks)}
 
     # ---- its placeholder ---------------------------------------------------------------------
+    @override
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
         module: Any = importlib.import_module(self.prompt_module)
         keyword, attribute = self.global_token
@@ -115,6 +120,7 @@ class Idefics3(Family):
         )
         return text
 
+    @override
     def tokenize(
         self,
         processor: Processor,
@@ -133,13 +139,16 @@ class Idefics3(Family):
         )
         return converted
 
+    @override
     def token_count(self, model: Model, layout: Mapping[str, Any]) -> int:
         return _tiles(layout) * _tokens_per_tile(model)
 
     # ---- misses, batched ---------------------------------------------------------------------
+    @override
     def tower(self, model: Model) -> Any:
         return getattr(model, "vision_model")  # noqa: B009
 
+    @override
     def encode(self, model: Model, entries: Sequence[PixelOnlyCacheEntry]) -> list[ImageValue]:
         mx = import_mlx()
         pixels = mx.concatenate([entry.pixel_values["pixel_values"] for entry in entries])[None]
@@ -156,6 +165,7 @@ class Idefics3(Family):
         ]
 
     # ---- what the model is fed ---------------------------------------------------------------
+    @override
     def hook_inputs(self, model: Model, values: Sequence[ImageValue]) -> dict[str, Any]:
         mx = import_mlx()
         vision = getattr(model.config, "vision_config")  # noqa: B009
@@ -168,6 +178,7 @@ class Idefics3(Family):
             "cached_image_features": mx.concatenate([value["image_features"] for value in values]),
         }
 
+    @override
     def feed(self, model: Model, input_ids: Array, hook: Mapping[str, Any]) -> Feed:
         language_model: Any = model.language_model
         embeddings = getattr(model, "_prepare_inputs_for_multimodal")(  # noqa: B009 - the model's merge
@@ -175,12 +186,14 @@ class Idefics3(Family):
         )
         return Feed(input_ids, {"inputs_embeds": embeddings})
 
+    @override
     def forward(self, model: Model, feed: Feed, *, cache: Any = None, mask: Array = None) -> Any:
         # Idefics3.Model.__call__: language_model(inputs=input_ids, mask, cache, inputs_embeds)
         return model.language_model(
             inputs=feed.input_ids, mask=mask, cache=cache, inputs_embeds=feed.inputs_embeds
         )
 
+    @override
     def window(self, feed: Feed, start: int, end: int) -> dict[str, Any]:
         return {"inputs_embeds": feed.inputs_embeds[:, start:end]}
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from typing_extensions import override
 
 from visioncache import PixelOnlyCacheEntry
 from visioncache.integrations.mlx_vlm.families.base import ImageValue, split_rows
@@ -46,14 +47,17 @@ class LLaVA(ScatteredFeatures):
     processor_classes: ClassVar[frozenset[str]] = frozenset({"LlavaProcessor"})
 
     # ---- one image ---------------------------------------------------------------------------
+    @override
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
         return size_layout(entry)
 
+    @override
     def uncached_inputs(self, processor: Processor, images: Sequence[Any], prompt: str) -> dict[str, Any]:
         loaded = load_images(images, processor.image_processor)
         return dict(processor(images=loaded, text=[prompt]))
 
     # ---- its placeholder ---------------------------------------------------------------------
+    @override
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
         # LlavaProcessor: (height // patch) * (width // patch) + additional, minus the class token.
         height, width = _size(layout)
@@ -63,6 +67,7 @@ class LLaVA(ScatteredFeatures):
             count -= 1
         return self.placeholder(processor) * count
 
+    @override
     def token_count(self, model: Model, layout: Mapping[str, Any]) -> int:
         height, width = _size(layout)
         patch = int(getattr(model.config, "vision_config").patch_size)  # noqa: B009
@@ -70,6 +75,7 @@ class LLaVA(ScatteredFeatures):
         return (height // patch) * (width // patch) + class_token
 
     # ---- misses, batched ---------------------------------------------------------------------
+    @override
     def encode(self, model: Model, entries: Sequence[PixelOnlyCacheEntry]) -> list[ImageValue]:
         mx = import_mlx()
         pixels = mx.stack([entry.pixel_values for entry in entries])
@@ -100,6 +106,7 @@ class Mistral3(ScatteredFeatures):
         return int(getattr(processor, "patch_size")) * int(getattr(processor, "spatial_merge_size"))  # noqa: B009
 
     # ---- one image ---------------------------------------------------------------------------
+    @override
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
         started = time.perf_counter()
         image_processor = processor.image_processor
@@ -111,9 +118,11 @@ class Mistral3(ScatteredFeatures):
         corners = [padded[index, :, :height, :width] for index, (height, width) in enumerate(sizes)]
         return pixel_entries(corners, started)
 
+    @override
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
         return size_layout(entry)
 
+    @override
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
     ) -> dict[str, Any]:
@@ -125,6 +134,7 @@ class Mistral3(ScatteredFeatures):
         }
 
     # ---- its placeholder ---------------------------------------------------------------------
+    @override
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
         height, width = _size(layout)
         unit = self._unit(processor)
@@ -134,6 +144,7 @@ class Mistral3(ScatteredFeatures):
         text: str = row_break.join([image * (width // unit)] * (height // unit)) + end
         return text
 
+    @override
     def token_count(self, model: Model, layout: Mapping[str, Any]) -> int:
         height, width = _size(layout)
         config: Any = model.config
@@ -141,6 +152,7 @@ class Mistral3(ScatteredFeatures):
         return (height // unit) * (width // unit)
 
     # ---- misses, batched ---------------------------------------------------------------------
+    @override
     def encode(self, model: Model, entries: Sequence[PixelOnlyCacheEntry]) -> list[ImageValue]:
         mx = import_mlx()
         layouts = [self.pixel_layout(entry) for entry in entries]

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from visioncache import PixelOnlyCacheEntry, PlaceholderMismatchError
 from visioncache.integrations.mlx_vlm.families.base import ImageValue
 from visioncache.integrations.mlx_vlm.families.scattered import ScatteredFeatures
@@ -38,12 +40,15 @@ class PaliGemma(ScatteredFeatures):
     positions = "1-D RoPE; the prompt attended both ways (prefix LM)"
 
     # ---- its placeholder ---------------------------------------------------------------------
+    @override
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
         return self.placeholder(processor) * int(getattr(processor, "image_seq_length"))  # noqa: B009
 
+    @override
     def probe_prompt(self, marker: str) -> str:
         return f"{marker}describe please"
 
+    @override
     def check_prompt(self, processor: Processor, prompt: str, images: int) -> None:
         super().check_prompt(processor, prompt, images)
         token = self.placeholder(processor)
@@ -54,6 +59,7 @@ class PaliGemma(ScatteredFeatures):
                 + (f"prompt holds {images} images" if images > 1 else "prompt's image follows other text")
             )
 
+    @override
     def expand_prompts(
         self, processor: Processor, prompts: Sequence[str], layouts: Sequence[Mapping[str, Any]]
     ) -> list[str]:
@@ -66,6 +72,7 @@ class PaliGemma(ScatteredFeatures):
             expanded.append(f"{prompt[:cut]}{bos}{prompt[cut:]}\n")
         return expanded
 
+    @override
     def tokenize(
         self,
         processor: Processor,
@@ -79,11 +86,13 @@ class PaliGemma(ScatteredFeatures):
         outputs = processor.tokenizer(self.expand_prompts(processor, prompts, layouts), padding=True)
         return {name: mx.array(outputs[name]) for name in ("input_ids", "attention_mask")}
 
+    @override
     def token_count(self, model: Model, layout: Mapping[str, Any]) -> int:
         vision = getattr(model.config, "vision_config")  # noqa: B009
         return (int(vision.image_size) // int(vision.patch_size)) ** 2
 
     # ---- misses, batched ---------------------------------------------------------------------
+    @override
     def encode(self, model: Model, entries: Sequence[PixelOnlyCacheEntry]) -> list[ImageValue]:
         mx = import_mlx()
         stacked = mx.stack([entry.pixel_values for entry in entries])
@@ -96,6 +105,7 @@ class PaliGemma(ScatteredFeatures):
         return self.projected(model, hidden, len(entries))
 
     # ---- what the model is fed ---------------------------------------------------------------
+    @override
     def reusable_prefix(
         self, model: Model, token_ids: Sequence[int], reused: int, stored: int | None
     ) -> bool:

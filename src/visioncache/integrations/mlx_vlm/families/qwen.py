@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from typing_extensions import override
 
 from visioncache import PixelOnlyCacheEntry
 from visioncache.integrations.mlx_vlm.families.base import Family, Feed, ImageValue, grid_tokens, split_rows
@@ -40,6 +41,7 @@ class Qwen2VL(Family):
     positions = "M-RoPE (t, h, w per image token)"
 
     # ---- one image ---------------------------------------------------------------------------
+    @override
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
         mx = import_mlx()
         started = time.perf_counter()
@@ -61,6 +63,7 @@ class Qwen2VL(Family):
             for rows, grid in zip(per_image_rows, grids, strict=True)
         ]
 
+    @override
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
     ) -> dict[str, Any]:
@@ -71,18 +74,22 @@ class Qwen2VL(Family):
         }
 
     # ---- its placeholder ---------------------------------------------------------------------
+    @override
     def marker(self, processor: Processor) -> str:
         # M-RoPE finds each image by the <|vision_start|> before it.
         return f"<|vision_start|>{self.placeholder(processor)}<|vision_end|>"
 
+    @override
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
         merge_size = int(getattr(processor.image_processor, "merge_size"))  # noqa: B009
         return self.placeholder(processor) * grid_tokens(layout["image_grid_thw"], merge_size)
 
+    @override
     def token_count(self, model: Model, layout: Mapping[str, Any]) -> int:
         return grid_tokens(layout["image_grid_thw"], _merge_size(model))
 
     # ---- misses, batched ---------------------------------------------------------------------
+    @override
     def tower(self, model: Model) -> Any:
         return getattr(model, "vision_tower")  # noqa: B009
 
@@ -91,6 +98,7 @@ class Qwen2VL(Family):
         features = self.tower(model)(pixel_values, grids, output_hidden_states=False)
         return features, []
 
+    @override
     def encode(self, model: Model, entries: Sequence[PixelOnlyCacheEntry]) -> list[ImageValue]:
         mx = import_mlx()
         grids = [entry.image_grid_thw for entry in entries]
@@ -117,6 +125,7 @@ class Qwen2VL(Family):
         patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
         return mx.zeros((0, patch_dim), dtype=self.tower_dtype(model))
 
+    @override
     def hook_inputs(self, model: Model, values: Sequence[ImageValue]) -> dict[str, Any]:
         mx = import_mlx()
         return {
@@ -125,18 +134,21 @@ class Qwen2VL(Family):
             "cached_image_features": mx.concatenate([value["image_features"] for value in values]),
         }
 
+    @override
     def feed(self, model: Model, input_ids: Array, hook: Mapping[str, Any]) -> Feed:
         embeddings = model.get_input_embeddings(input_ids, **hook)
         inputs = {"inputs_embeds": embeddings.inputs_embeds, "pixel_values": hook["pixel_values"]}
         inputs["image_grid_thw"] = hook["image_grid_thw"]
         return Feed(input_ids, inputs)
 
+    @override
     def forward(self, model: Model, feed: Feed, *, cache: Any = None, mask: Array = None) -> Any:
         # Qwen2VL.Model.__call__: language_model(input_ids, inputs_embeds, mask, cache, pixel_values, ...)
         inputs = dict(feed.inputs)
         embeds = inputs.pop("inputs_embeds")
         return model.language_model(feed.input_ids, embeds, mask=mask, cache=cache, **inputs)
 
+    @override
     def window(self, feed: Feed, start: int, end: int) -> dict[str, Any]:
         return {"inputs_embeds": feed.inputs_embeds[:, start:end]}
 
@@ -149,6 +161,7 @@ class Qwen3VL(Qwen2VL):
     processor_classes: ClassVar[frozenset[str]] = frozenset({"Qwen3VLProcessor"})
     positions = "interleaved M-RoPE (t, h, w per image token)"
 
+    @override
     def run_tower(self, model: Model, pixel_values: Array, grids: Array) -> tuple[Array, list[Array]]:
         features, deepstack = self.tower(model)(pixel_values, grids)
         return features, list(deepstack or [])
@@ -157,6 +170,7 @@ class Qwen3VL(Qwen2VL):
         vision = getattr(model.config, "vision_config")  # noqa: B009
         return len(getattr(vision, "deepstack_visual_indexes", None) or [])
 
+    @override
     def fits_extras(self, model: Model, value: Mapping[str, Any]) -> bool:
         layers = self.deepstack_layers(model)
         if not layers:
@@ -164,6 +178,7 @@ class Qwen3VL(Qwen2VL):
         rows, hidden = value["image_features"].shape
         return tuple(value.get("deepstack_features", _NO_ARRAY).shape) == (layers, rows, hidden)
 
+    @override
     def hook_inputs(self, model: Model, values: Sequence[ImageValue]) -> dict[str, Any]:
         mx = import_mlx()
         inputs = super().hook_inputs(model, values)
@@ -174,6 +189,7 @@ class Qwen3VL(Qwen2VL):
             inputs["deepstack_visual_embeds"] = list(stacked)
         return inputs
 
+    @override
     def feed(self, model: Model, input_ids: Array, hook: Mapping[str, Any]) -> Feed:
         # Qwen3VL.Model.__call__: the embedding outputs (positions, visual mask, deepstack) are
         # all language-model arguments (its get_input_embeddings sees no mask).
@@ -187,9 +203,11 @@ class Qwen3VL(Qwen2VL):
         inputs["image_grid_thw"] = hook["image_grid_thw"]
         return Feed(input_ids, inputs)
 
+    @override
     def forward(self, model: Model, feed: Feed, *, cache: Any = None, mask: Array = None) -> Any:
         return model.language_model(feed.input_ids, mask=mask, cache=cache, **feed.inputs)
 
+    @override
     def window(self, feed: Feed, start: int, end: int) -> dict[str, Any]:
         window = super().window(feed, start, end)
         deepstack = feed.inputs.get("deepstack_visual_embeds")

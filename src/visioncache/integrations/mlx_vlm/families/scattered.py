@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from typing_extensions import override
 
 from visioncache import PixelOnlyCacheEntry
 from visioncache.integrations.mlx_vlm.families.base import Family, Feed, ImageValue, split_rows
@@ -69,12 +70,14 @@ class ScatteredFeatures(Family):
     positions = "1-D RoPE"
 
     # ---- one image: one pixel tensor of the processor's fixed size (Gemma 3, PaliGemma, LLaVA) ----
+    @override
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
         started = time.perf_counter()
         image_processor = processor.image_processor
         pixels = np.asarray(image_processor(load_images(images, image_processor))["pixel_values"])
         return pixel_entries(list(pixels), started)
 
+    @override
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
     ) -> dict[str, Any]:
@@ -91,6 +94,7 @@ class ScatteredFeatures(Family):
         rows = split_rows(features.reshape(-1, features.shape[-1]), [count] * images)
         return [{"image_features": part} for part in rows]
 
+    @override
     def tower(self, model: Model) -> Any:
         return getattr(model, "vision_tower")  # noqa: B009
 
@@ -101,6 +105,7 @@ class ScatteredFeatures(Family):
         embed_tokens = getattr(model.language_model, "model").embed_tokens  # noqa: B009
         return embed_tokens(mx.zeros((1, 1), dtype=mx.int32)).dtype
 
+    @override
     def hook_inputs(self, model: Model, values: Sequence[ImageValue]) -> dict[str, Any]:
         mx = import_mlx()
         features = mx.concatenate([value["image_features"] for value in values])
@@ -110,6 +115,7 @@ class ScatteredFeatures(Family):
             "cached_image_features": features[None],
         }
 
+    @override
     def feed(self, model: Model, input_ids: Array, hook: Mapping[str, Any]) -> Feed:
         mx = import_mlx()
         hook = dict(hook)
@@ -118,9 +124,11 @@ class ScatteredFeatures(Family):
         embeddings = model.get_input_embeddings(input_ids, pixel_values, mask=mask, **hook)
         return Feed(input_ids, {"inputs_embeds": embeddings.inputs_embeds})
 
+    @override
     def uncached_forward(self, model: Model, inputs: Mapping[str, Any]) -> Any:
         return generate_forward(model, inputs)
 
+    @override
     def forward(self, model: Model, feed: Feed, *, cache: Any = None, mask: Array = None) -> Any:
         # As generate_step: the language model builds its masks (a padding mask is not one).
         # Gemma 3's scales its inputs_embeds in place (``h *= ...``): it gets its own copy, so
@@ -129,5 +137,6 @@ class ScatteredFeatures(Family):
         embeds = mx.array(feed.inputs_embeds)
         return model.language_model(feed.input_ids, inputs_embeds=embeds, cache=cache)
 
+    @override
     def window(self, feed: Feed, start: int, end: int) -> dict[str, Any]:
         return {"inputs_embeds": feed.inputs_embeds[:, start:end]}
