@@ -114,3 +114,14 @@ def test_forms_the_processor_cannot_take_are_typed_errors_and_change_nothing(
                 cached.prepare(text, images)
     assert runs == [] and cached.cache.snapshot() == before
     assert cached.times.images_preprocessed == 0
+
+
+def test_image_outputs_take_each_requests_images_as_the_processor_takes_them(
+    onevision: FamilyModel, pictures: list[Image.Image]
+) -> None:
+    text = prompt(onevision.placeholder, 2)
+    cached = CachedVisionModel(onevision.model, onevision.processor)
+    for images in (pictures, [pictures]):  # a flat list, one list for the prompt
+        expected = onevision.processor(text=[text], images=images, padding=True, return_tensors="pt")
+        inputs = cached.model_inputs([text], cached.image_outputs([images]))
+        assert torch.equal(inputs["input_ids"], expected["input_ids"])
