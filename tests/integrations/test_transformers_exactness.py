@@ -21,7 +21,7 @@ from PIL import Image
 from tests.integrations.family_reference import logits, prompt, reference_logits, tower_runs
 from visioncache.bench.family_models import build_family_model
 from visioncache.errors import ConfigurationError
-from visioncache.integrations.transformers import CachedVisionModel, UntestedVersionWarning
+from visioncache.integrations.transformers import CachedVisionModel, UntestedVersionWarning, call_forms
 from visioncache.integrations.transformers.families import FAMILIES, process_images, split_rows
 from visioncache.integrations.transformers.versions import check_transformers_version
 
@@ -106,3 +106,18 @@ def test_transformers_outside_the_tested_range_is_refused_and_newer_warns() -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_transformers_version("5.24.0")
+
+
+def test_a_layout_that_groups_a_flat_lists_images_is_refused_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flat list laid out as one multi-image group (not as the processor lays it out) gives
+    LLaVA-OneVision another prompt: the load-time check refuses the model, naming the form."""
+
+    def one_group_per_list(layout: Any, made: list[Any]) -> list[tuple[int, int]]:
+        index = {id(stand_in): position for position, stand_in in enumerate(made)}
+        groups = layout if all(isinstance(group, list) for group in layout) else [layout]
+        return [(index[id(image)], len(group)) for group in groups for image in group]
+
+    monkeypatch.setattr(call_forms, "_groups", one_group_per_list)
+    built = build_family_model("llava_onevision")
+    with pytest.raises(ConfigurationError, match="call form a flat list in one prompt"):
+        CachedVisionModel(built.model, built.processor)

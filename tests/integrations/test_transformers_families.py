@@ -2,7 +2,8 @@
 CachedVisionModel's logits equal ``model(**processor(text=..., images=...))`` (fp32, 1e-4) for one
 image, two images of different sizes, the same image twice and the images swapped, cold and warm;
 the vision tower (counted on the model) runs once per distinct image across requests, and a
-partial hit encodes only the new image."""
+partial hit encodes only the new image; each call form the family's processor takes gives its
+input ids, and each it refuses is refused."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tests.integrations.family_reference import (
     tower_runs,
 )
 from visioncache.bench.family_models import FAMILY_MODELS, FamilyModel
+from visioncache.errors import VisionCacheError
 from visioncache.integrations.transformers import FAMILIES, CachedVisionModel
 
 pytestmark = pytest.mark.slow
@@ -57,8 +59,9 @@ def test_logits_equal_transformers_cold_and_warm(family: FamilyModel, pictures: 
     for images in requests:
         text = prompt(family.placeholder, len(images))
         expected = reference_logits(model, processor, text, images)
-        assert difference(logits(model, cached.prepare(text, images)), expected) <= TOLERANCE  # cold or hit
-        assert difference(logits(model, cached.prepare(text, images)), expected) <= TOLERANCE  # warm
+        # One list for the prompt, as the reference passes them (call forms: test_each_call_form_...).
+        assert difference(logits(model, cached.prepare(text, [images])), expected) <= TOLERANCE  # cold/hit
+        assert difference(logits(model, cached.prepare(text, [images])), expected) <= TOLERANCE  # warm
     # The check can fail: the images swapped give other logits.
     text = prompt(family.placeholder, 2)
     assert (
@@ -75,14 +78,14 @@ def test_vision_tower_runs_once_per_distinct_image(family: FamilyModel, pictures
     cached = CachedVisionModel(model, processor)  # the load-time check runs before counting
     with tower_runs(model) as runs:
         for images in ([a], [a], [b], [a, b], [b, a], [a, a], [b, b]):
-            cached.prepare(prompt(family.placeholder, len(images)), images)
+            cached.prepare(prompt(family.placeholder, len(images)), [images])
     # a, then b; LLaVA-OneVision prepares an image alone and among others differently: then
     # a and b once more, both in one call.
     assert len(runs) == (3 if FAMILIES[model.config.model_type].variant is not None else 2)
     with tower_runs(model) as partial:
-        cached.prepare(prompt(family.placeholder, 2), [c, a])  # a hit, c new
+        cached.prepare(prompt(family.placeholder, 2), [[c, a]])  # a hit, c new
     with tower_runs(model) as alone:  # c twice in a fresh cache: encoded once, alone
-        CachedVisionModel(model, processor).prepare(prompt(family.placeholder, 2), [c, c])
+        CachedVisionModel(model, processor).prepare(prompt(family.placeholder, 2), [[c, c]])
     assert len(partial) == 1
     assert partial[0] == alone[0]  # the tower saw only the new image's pixels
 
@@ -95,7 +98,7 @@ def test_batch_of_requests_encodes_shared_misses_in_one_call(
     cached = CachedVisionModel(model, processor)
     texts = [prompt(family.placeholder, 2), prompt(family.placeholder, 2, "what is in this picture")]
     with tower_runs(model) as runs:
-        inputs = cached.prepare_batch([(texts[0], [a, b]), (texts[1], [b, c])])
+        inputs = cached.prepare_batch([(texts[0], [[a, b]]), (texts[1], [[b, c]])])
     assert cached.times.images_encoded == 3
     assert len(runs) == (1 if cached.exactness.batched else 3)
     expected = logits(model, reference_inputs(model, processor, texts, [[a, b], [b, c]]))
@@ -114,5 +117,49 @@ def test_bfloat16_logits_within_the_stated_bound(name: str, pictures: list[Image
         text = prompt(built.placeholder, 2)
         expected = reference_logits(built.model, built.processor, text, images)
         for _ in range(2):  # cold, then warm
-            actual = logits(built.model, cached.prepare(text, images))
+            actual = logits(built.model, cached.prepare(text, [images]))
             assert difference(actual, expected) <= BFLOAT16_BOUND
+
+
+def call_forms(placeholder: str, a: Any, b: Any) -> list[tuple[str, Any, Any]]:
+    """(name, text, images): every shape of ``processor(text=..., images=...)``'s arguments."""
+    one, two = prompt(placeholder, 1), prompt(placeholder, 2)
+    batch = [prompt(placeholder, 1), prompt(placeholder, 1, "what is in this picture")]
+    return [
+        ("a bare image", one, a),
+        ("a flat list", two, [a, b]),
+        ("one list for the prompt", two, [[a, b]]),
+        ("a list per image", two, [[a], [b]]),
+        ("a batch, one list per prompt", batch, [[a], [b]]),
+        ("a batch, a flat list", batch, [a, b]),
+    ]
+
+
+def test_each_call_form_the_processor_takes_gives_its_input_ids(
+    family: FamilyModel, pictures: list[Image.Image]
+) -> None:
+    model, processor = family.model, family.processor
+    a, b, _ = pictures
+    cached = CachedVisionModel(model, processor)
+    taken = []
+    for name, text, images in call_forms(family.placeholder, a, b):
+        texts = [text] if isinstance(text, str) else text
+        try:
+            expected = processor(text=texts, images=images, padding=True, return_tensors="pt")
+        except (ValueError, TypeError):  # refused by the processor: refused alike, nothing cached
+            before = cached.cache.snapshot()
+            with pytest.raises(VisionCacheError):
+                cached.prepare(text, images)
+            assert cached.cache.snapshot() == before, name
+            continue
+        taken.append(name)
+        assert torch.equal(cached.prepare(text, images)["input_ids"], expected["input_ids"]), name
+    # Every processor takes these; Gemma 3/4 and SmolVLM want one list per prompt for the others.
+    assert {"a bare image", "a flat list", "one list for the prompt", "a batch, one list per prompt"} <= set(
+        taken
+    )
+    # prepare_batch: each request's images as processor(text=[text], images=...) takes them.
+    batch = [prompt(family.placeholder, 1), prompt(family.placeholder, 2, "compare them")]
+    expected = processor(text=batch, images=[[a], [a, b]], padding=True, return_tensors="pt")
+    inputs = cached.prepare_batch([(batch[0], [a]), (batch[1], [[a, b]])])
+    assert torch.equal(inputs["input_ids"], expected["input_ids"])

@@ -167,3 +167,22 @@ def test_bad_video_input_is_a_typed_error_and_encodes_nothing() -> None:
         cached.prepare(chat(VIDEO + VIDEO), videos=[frames])
     stats = cached.cache.get_stats()
     assert stats["embedding_cache_misses"] == 0 and cached.times.patches_encoded == 0
+
+
+def test_a_batch_of_prompts_takes_its_videos_in_placeholder_order(family_model: Any) -> None:
+    """prepare(text=[...], videos=[...]): each video fills the next video placeholder across the
+    batch, as prepare_batch with the videos per request; a count that differs is refused."""
+    _, model, processor = family_model
+    cached = CachedVisionModel(model, processor)
+    first, second = noise_frames(4, seed=8), noise_frames(4, seed=9)
+    texts = [chat(VIDEO), chat(VIDEO, "what is in this picture")]
+    together = cached.prepare(texts, videos=[first, second])
+    apart = cached.prepare_batch([(texts[0], [], [first]), (texts[1], [], [second])])
+    assert torch.equal(together["input_ids"], apart["input_ids"])
+    assert max_difference(logits(model, together), logits(model, apart)) == 0
+    swapped = cached.prepare(texts, videos=[second, first])
+    assert max_difference(logits(model, swapped), logits(model, together)) > 1e-3
+    before = cached.cache.snapshot()
+    with pytest.raises(PlaceholderMismatchError, match="2 video placeholders but 1"):
+        cached.prepare(texts, videos=[first])
+    assert cached.cache.snapshot() == before

@@ -91,7 +91,7 @@ class _Engine:
 
             def prepare(prompt: str, images: list[ImageInput]) -> tuple[dict[str, Any], float]:
                 start = time.perf_counter()
-                values = adapter.image_outputs([images])
+                values = adapter.image_outputs([[images]])  # one list for the prompt, as `off`
                 image_seconds = time.perf_counter() - start
                 return adapter.model_inputs([prompt], values), image_seconds
 

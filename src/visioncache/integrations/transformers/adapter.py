@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 from transformers import PreTrainedModel, ProcessorMixin
 
 from visioncache import ContentId, PixelOnlyCacheEntry, VisionEmbeddingCache
-from visioncache.errors import ConfigurationError, PlaceholderMismatchError
+from visioncache.errors import ConfigurationError, PlaceholderMismatchError, UnsupportedInputTypeError
+from visioncache.integrations.transformers.call_forms import Placed, images_of, lay_out
 from visioncache.integrations.transformers.encoding import FamilyEncoder
 from visioncache.integrations.transformers.exactness import Exactness, check_exactness
 from visioncache.integrations.transformers.images import ImageInput, load_pil_image
@@ -32,8 +33,10 @@ from visioncache.integrations.video import VideoInput, VideoSettings
 
 __all__ = ["CachedVisionModel"]
 
+# An ``images=`` argument as the processor takes it: a bare image, a flat list, a list per prompt.
+Images: TypeAlias = "ImageInput | Sequence[ImageInput] | Sequence[Sequence[ImageInput]] | None"
 # (text, images) or (text, images, videos); each placeholder in the text stands for the next one.
-Request = tuple[str, Sequence[ImageInput]] | tuple[str, Sequence[ImageInput], Sequence[VideoInput]]
+Request = tuple[str, Images] | tuple[str, Images, Sequence[VideoInput]]
 
 
 class CachedVisionModel:
@@ -41,7 +44,9 @@ class CachedVisionModel:
 
     ``prepare(text, images, videos)`` / ``prepare_batch(requests)`` return keyword arguments for
     ``model(**inputs)`` and ``model.generate(**inputs)``; the logits equal those of the model on
-    the same pixels uncached. Each of the processor's image placeholders (``processor.image_token``:
+    the same pixels uncached, for the processor's own call forms (``call_forms.py``: a bare
+    image, a flat list, a list per prompt, a batch of prompts, each taken as the processor takes
+    it). Each of the processor's image placeholders (``processor.image_token``:
     ``<|image_pad|>`` for Qwen, ``<start_of_image>`` for Gemma 3, ...) stands for the next image,
     each video placeholder for the next video, in order. Without ``cache``, one is built with
     ``model_namespace(model, processor)`` (or ``namespace``); a passed cache is used as it is, so
@@ -79,26 +84,74 @@ class CachedVisionModel:
         self._video_token: str | None = getattr(processor, "video_token", None)
 
     def prepare(
-        self, text: str, images: Sequence[ImageInput] = (), videos: Sequence[VideoInput] = ()
+        self, text: str | Sequence[str], images: Images = (), videos: Sequence[VideoInput] = ()
     ) -> dict[str, Any]:
-        """Model inputs for one request."""
-        return self.prepare_batch([(text, images, videos)])
+        """Model inputs for ``processor(text=text, images=images, videos=videos)``'s arguments,
+        taken as the processor takes them (``call_forms.py``): ``text`` one prompt or a batch;
+        ``images`` a bare image, a flat list (each image fills the next placeholder across the
+        batch) or one list per prompt (LLaVA-OneVision: a flat list's images are each prepared
+        as alone, an inner list's as one multi-image group). A form the processor refuses is
+        refused (``PlaceholderMismatchError``, ``InvalidArgumentError``)."""
+        texts = self._texts([text] if isinstance(text, str) else text)
+        placed = lay_out(self.processor, texts, images, self._ignored())
+        if isinstance(text, str):
+            videos_per_request = [list(videos)]
+        else:
+            videos_per_request = self._videos_per_prompt(texts, list(videos))
+        return self._prepare(texts, placed, videos_per_request)
 
     def prepare_batch(self, requests: Sequence[Request]) -> dict[str, Any]:
-        """Model inputs for a padded batch of requests; their misses encode in one call per kind."""
-        texts = [request[0] for request in requests]
-        images = [request[1] for request in requests]
-        videos = [request[2] if len(request) > 2 else () for request in requests]
-        self._check_placeholders(texts, [len(i) for i in images], [len(v) for v in videos])
-        video_values = self.video_outputs(videos) if any(videos) else [[] for _ in requests]
-        return self._build_inputs(texts, self.image_outputs(images), video_values)
+        """Model inputs for a padded batch of requests, each request's images taken as
+        ``processor(text=[text], images=images)`` takes them; the misses encode in one call per
+        kind."""
+        texts = self._texts([request[0] for request in requests])
+        ignored = self._ignored()
+        placed = [
+            lay_out(self.processor, [text], request[1], ignored)[0]
+            for text, request in zip(texts, requests, strict=True)
+        ]
+        videos = [list(request[2]) if len(request) > 2 else [] for request in requests]
+        return self._prepare(texts, placed, videos)
 
-    def image_outputs(self, images_per_request: Sequence[Sequence[ImageInput]]) -> list[list[dict[str, Any]]]:
+    def image_outputs(self, images_per_request: Sequence[Images]) -> list[list[dict[str, Any]]]:
         """Per request, each image's cached vision output (embeddings, placeholder expansion,
-        forward inputs, deepstack features); the misses of all requests are preprocessed, then
-        encoded in one call (one per variant), or one by one where batching is inexact."""
+        forward inputs, deepstack features), each request's images taken as the processor takes
+        them for one prompt; the misses of all requests are preprocessed, then encoded in one
+        call (one per variant), or one by one where batching is inexact."""
+        placed = []
+        for images in images_per_request:
+            text = self._image_token * len(images_of(images))
+            placed.append(lay_out(self.processor, [text], images)[0])
+        return self._image_values(placed)
+
+    def _texts(self, texts: Sequence[Any]) -> list[str]:
+        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+            raise UnsupportedInputTypeError("a prompt must be a str (or a list of str for a batch)")
+        return list(texts)
+
+    def _videos_per_prompt(self, texts: list[str], videos: list[VideoInput]) -> list[list[VideoInput]]:
+        """A batch's videos, each filling the next video placeholder across the batch."""
+        counts = [text.count(self._video_token) if self._video_token else 0 for text in texts]
+        if sum(counts) != len(videos):
+            raise PlaceholderMismatchError(
+                f"the prompts have {sum(counts)} video placeholders but {len(videos)} videos were sent"
+            )
+        starts = [sum(counts[:index]) for index in range(len(texts))]
+        return [videos[start : start + count] for start, count in zip(starts, counts, strict=True)]
+
+    def _ignored(self) -> tuple[str, ...]:
+        return (self._video_token,) if self._video_token else ()
+
+    def _prepare(
+        self, texts: list[str], placed: list[list[Placed]], videos: list[list[VideoInput]]
+    ) -> dict[str, Any]:
+        self._check_placeholders(texts, [len(p) for p in placed], [len(v) for v in videos])
+        video_values = self.video_outputs(videos) if any(videos) else [[] for _ in texts]
+        return self._build_inputs(texts, self._image_values(placed), video_values)
+
+    def _image_values(self, placed_per_request: list[list[Placed]]) -> list[list[dict[str, Any]]]:
         sources: dict[ContentId, tuple[ImageInput, str | None]] = {}
-        items_per_request = [self._items(list(images), sources) for images in images_per_request]
+        items_per_request = [self._items(placed, sources) for placed in placed_per_request]
         return self.cache.encode_batch(items_per_request, lambda missing: self._encode(missing, sources))
 
     def video_outputs(self, videos_per_request: Sequence[Sequence[VideoInput]]) -> list[list[VideoOutput]]:
@@ -144,15 +197,16 @@ class CachedVisionModel:
                     )
 
     def _items(
-        self, images: list[ImageInput], sources: dict[ContentId, tuple[ImageInput, str | None]]
+        self, placed: list[Placed], sources: dict[ContentId, tuple[ImageInput, str | None]]
     ) -> list[Any]:
         """The cache items of one prompt's images: the images themselves, or, where the family
-        preprocesses an image by its prompt (``Family.variant``), an id of image and variant."""
-        variant = self.encoder.family.variant_of(len(images))
-        if variant is None:
+        prepares an image by the group it came in (``Family.variant``), an id of image and variant."""
+        variants = [self.encoder.family.variant_of(image.group) for image in placed]
+        images = [image.image for image in placed]
+        if all(variant is None for variant in variants):
             return images
         items = []
-        for image, digest in zip(images, self.cache.image_digests(images), strict=True):
+        for image, variant, digest in zip(images, variants, self.cache.image_digests(images), strict=True):
             item = ContentId(f"visioncache.transformers.variant:{variant}:{digest.hex()}")
             sources[item] = (image, variant)
             items.append(item)

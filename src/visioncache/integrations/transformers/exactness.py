@@ -15,7 +15,12 @@ transformers' own uncached forward (``model(**processor(text=..., images=...))``
    batching mixes images, and it is refused; where transformers' own output depends on what an
    image is batched with, the adapter encodes misses one by one (``batched=False``, with the
    reason), so a cached value never depends on its batch;
-3. the two-image prompt built from the values in use must equal transformers' forward.
+3. the two-image prompt built from the values in use must equal transformers' forward;
+4. each call form of the two images (a flat list, one list for the prompt, a batch of one-image
+   prompts as a list each and as a flat list) laid out as ``CachedVisionModel.prepare`` lays it
+   out (``call_forms.py``) must give the processor's input ids and transformers' logits for the
+   same arguments (the ids alone where batching is inexact), and a form the processor refuses
+   must be refused (``form_check.py``).
 
 The result is memoised per model, namespace (config, processor settings, weights) and
 description: building many adapters on one model checks it once.
@@ -35,6 +40,7 @@ from PIL import Image
 from visioncache.errors import ConfigurationError
 from visioncache.integrations.transformers.encoding import FamilyEncoder
 from visioncache.integrations.transformers.families import Family
+from visioncache.integrations.transformers.form_check import check_call_forms
 
 __all__ = ["Exactness", "check_exactness"]
 
@@ -90,10 +96,13 @@ class _Probe:
         return " describe ".join(["describe", *[self.processor.image_token] * images, "image"])
 
     def reference(self, images: list[Image.Image]) -> dict[str, Any]:
-        """transformers' own inputs for one prompt holding ``images`` (a list per prompt: what
-        every processor takes, and how LLaVA-OneVision tells a prompt's images apart)."""
-        text = [self.text(len(images))]
-        inputs = self.processor(text=text, images=[images], padding=True, return_tensors="pt")
+        """transformers' own inputs for one prompt holding ``images``, given as one list for the
+        prompt (every processor takes it; LLaVA-OneVision groups the list's images)."""
+        return self.reference_for([self.text(len(images))], [images])
+
+    def reference_for(self, texts: list[str], images: Any) -> dict[str, Any]:
+        """transformers' own inputs for ``processor(text=texts, images=images)``."""
+        inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
         return {
             name: value.to(self.model.device) if isinstance(value, torch.Tensor) else value
             for name, value in dict(inputs).items()
@@ -167,7 +176,9 @@ def _same_values(probe: _Probe, batched: list[dict[str, Any]], alone: list[dict[
     return True
 
 
-def _check_batch(probe: _Probe, images: list[Image.Image], single: list[dict[str, Any]]) -> tuple[bool, str]:
+def _check_batch(
+    probe: _Probe, images: list[Image.Image], single: list[dict[str, Any]]
+) -> tuple[bool, str, list[dict[str, Any]]]:
     """Properties 2 and 3: one tower call for both images, and the two-image prompt.
     ``single``: the images' values encoded alone, reused where an image among others is
     prepared as alone (no variants): the check's tower calls are its cost."""
@@ -202,7 +213,7 @@ def _check_batch(probe: _Probe, images: list[Image.Image], single: list[dict[str
             f"a two-image prompt: logits {difference:.3g} away from transformers' forward, though "
             "each image alone matches"
         )
-    return batch_exact, reason
+    return batch_exact, reason, values
 
 
 def check_exactness(encoder: FamilyEncoder, namespace: str) -> Exactness:
@@ -217,7 +228,12 @@ def check_exactness(encoder: FamilyEncoder, namespace: str) -> Exactness:
     was_training = bool(getattr(encoder.model, "training", False))
     encoder.model.eval()
     try:
-        batched, reason = _check_batch(probe, images, _check_alone(probe, images))
+        single = _check_alone(probe, images)
+        batched, reason, together = _check_batch(probe, images, single)
+        family = encoder.family
+        values = {(index, family.variant_of(1)): value for index, value in enumerate(single)}
+        values.update({(index, family.variant_of(2)): value for index, value in enumerate(together)})
+        check_call_forms(probe, images, values, batched)
     finally:
         encoder.model.train(was_training)
     result = Exactness(encoder.family.name, batched, reason, probe.max_difference)

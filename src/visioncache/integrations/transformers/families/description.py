@@ -87,9 +87,10 @@ class Family:
         deepstack: the tower also returns per-layer features, split and cached like the embeddings.
         text_renames: names the processor gives its text outputs (Gemma 3's ``token_type_ids``).
         encoder_kwargs: extra keywords of one tower call, from its images' variant and number.
-        variant: the variant of an image in a prompt of n images, where a family preprocesses
-            an image differently by context (LLaVA-OneVision: anyres alone, base size among
-            several); cached apart. None: one variant.
+        variant: the variant of an image that came in a group of n images (an inner list of
+            the processor's ``images=`` after its layout; 1 for an image of a flat list), where a
+            family preprocesses an image differently by context (LLaVA-OneVision: anyres alone,
+            base size in a group of several); cached apart. None: one variant.
         preprocess: the image step, default the processor's own (`process_images`).
         split: how a tower call's output splits back per image (`split_rows`).
         video: set where the tower attends within a temporal patch (video cached per patch).
@@ -117,9 +118,9 @@ class Family:
         if self.pooled_as not in ("tuple", "tensor"):
             raise ValueError(f"pooled_as must be 'tuple' or 'tensor', got {self.pooled_as!r}")
 
-    def variant_of(self, images_in_prompt: int) -> str | None:
-        """The variant of each image of a prompt with ``images_in_prompt`` images."""
-        return self.variant(images_in_prompt) if self.variant is not None else None
+    def variant_of(self, images_in_group: int) -> str | None:
+        """The variant of each image of a group (``call_forms.Placed.group``) of that many images."""
+        return self.variant(images_in_group) if self.variant is not None else None
 
 
 def grid_family(name: str, **facts: Any) -> Family:

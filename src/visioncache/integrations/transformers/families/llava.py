@@ -1,10 +1,11 @@
-"""LLaVA-OneVision: an image is prepared by its prompt.
+"""LLaVA-OneVision: an image is prepared by how it is passed (alone, or in a group).
 
-Alone in its prompt, an image is cut into anyres patches (the grid pinpoint nearest its aspect
-ratio) plus the base image, and its placeholder (``<image>``) expands to the unpadded patch
-features plus one newline token per row; among several images (the processor given a list of
-images per prompt), each image is one base-size patch padded to a square, and expands to the
-base features plus one newline. So an image has two cached variants, ``single`` and ``multi``.
+As an image of a flat list (``images=[a, b]``: ``batch_num_images`` 1 each) or alone, an image is
+cut into anyres patches (the grid pinpoint nearest its aspect ratio) plus the base image, and its
+placeholder (``<image>``) expands to the unpadded patch features plus one newline token per row;
+in an inner list of several images (``images=[[a, b]]``), each image is one base-size patch
+padded to a square, and expands to the base features plus one newline (``call_forms.py``).
+So an image has two cached variants, ``single`` and ``multi``.
 The processor pads a batch's patch stacks to the most patches; the model cuts each image back to
 its patch count from its size, and each patch is encoded on its own, so images join on axis 0
 exactly. ``batch_num_images`` tells the model which images to patch: 1 per single image; for
@@ -24,8 +25,8 @@ from visioncache.integrations.transformers.families.description import Family, p
 __all__ = ["LLAVA_ONEVISION"]
 
 
-def _variant(images_in_prompt: int) -> str:
-    return "single" if images_in_prompt == 1 else "multi"
+def _variant(images_in_group: int) -> str:
+    return "single" if images_in_group == 1 else "multi"
 
 
 def _preprocess(
