@@ -198,8 +198,9 @@ class Handles:
         """Open each of ``handles`` once, and inside the block keep it servable (`held`) and what
         it resolves to ready for the request's scheduler step (`resolve`). Raises the first
         handle's `HandleError` (malformed, unknown, expired) before the block."""
-        opened = [self.digest(handle) for handle in handles]
-        with self.held(opened, engine_caches) as items, ExitStack() as registered:
+        opened = {handle: self.digest(handle) for handle in dict.fromkeys(handles)}  # each once
+        digests = [opened[handle] for handle in handles]
+        with self.held(digests, engine_caches) as items, ExitStack() as registered:
             for handle, item in dict(zip(handles, items, strict=True)).items():
                 self._opened.add(handle, item)
                 registered.callback(self._opened.remove, handle)
