@@ -12,6 +12,8 @@ which requests each step took from the queue
 (what the engine actually batched) and can hold the queue (`ServerProcess.hold`): while a hold
 for n requests is armed, an idle generator starts nothing until n requests are queued, so a test
 gets requests sent concurrently into ONE step by construction, not by the odds of their timing.
+The visioncache server also records what its reads cost (`_count_reads`): every byte given to the
+content hasher, every byte its tiers return, and every handle opened.
 
 vllm-mlx refuses media URLs on loopback (its SSRF check); a test that serves images from a local
 HTTP server starts both servers with ``allow_loopback_media=True``, which lets 127.0.0.1 through
@@ -68,7 +70,51 @@ def _count_towers(write: Callable[[dict[str, Any]], None]) -> None:
         tower.__call__ = counted(tower.__call__, images, record)
 
 
-def _instrument(record_path: str) -> None:
+class _CountedHasher:
+    """A blake3 hasher whose ``update`` input is recorded."""
+
+    def __init__(self, inner: Any, write: Callable[[dict[str, Any]], None]) -> None:
+        self._inner, self._write = inner, write
+
+    def update(self, data: Any) -> _CountedHasher:
+        self._write({"kind": "hashed", "bytes": memoryview(data).nbytes})
+        self._inner.update(data)
+        return self
+
+    def digest(self, *args: Any, **options: Any) -> Any:
+        return self._inner.digest(*args, **options)
+
+
+def _count_reads(write: Callable[[dict[str, Any]], None]) -> None:
+    """Record every byte visioncache's content hasher is given (``hashed``), every byte its tiers
+    return (``tier_read``) and every handle it opens (``opened``)."""
+    from visioncache.identity import files, hasher
+    from visioncache.integrations.vllm_mlx import handle_codec
+    from visioncache.tiers import chain
+    from visioncache.trees import tree_nbytes
+
+    def counted_blake3(data: Any = b"", **options: Any) -> _CountedHasher:
+        counted = _CountedHasher(blake3(**options), write)
+        return counted.update(data) if memoryview(data).nbytes else counted
+
+    hasher.blake3 = files.blake3 = counted_blake3  # type: ignore[assignment]
+    load_many, open_handle = chain.TierChain.load_many, handle_codec.HandleCodec.open
+
+    def counted_load_many(self: Any, keys: Any) -> list[Any]:
+        trees: list[Any] = load_many(self, keys)
+        write({"kind": "tier_read", "bytes": sum(tree_nbytes(tree) for tree in trees if tree is not None)})
+        return trees
+
+    def counted_open(self: Any, handle: str) -> bytes:
+        write({"kind": "opened"})
+        digest: bytes = open_handle(self, handle)
+        return digest
+
+    chain.TierChain.load_many = counted_load_many  # type: ignore[method-assign]
+    handle_codec.HandleCodec.open = counted_open  # type: ignore[method-assign]
+
+
+def _instrument(record_path: str, engine: str) -> None:
     """Record tower calls and emitted tokens (with top log-probs) as JSON lines."""
     import mlx.core as mx
     from vllm_mlx import mllm_batch_generator as generator_module
@@ -81,6 +127,8 @@ def _instrument(record_path: str) -> None:
             record.write(json.dumps(entry) + "\n")
 
     _count_towers(write)
+    if engine == "visioncache":
+        _count_reads(write)
 
     generator = generator_module.MLLMBatchGenerator
     original_insert, original_next = generator.insert, generator.next
@@ -156,7 +204,7 @@ def main(argv: Sequence[str]) -> int:
     record_path, engine, *serve_args = argv
     if engine not in ENGINES:
         raise SystemExit(f"engine must be one of {ENGINES}, got {engine!r}")
-    _instrument(record_path)
+    _instrument(record_path, engine)
     if os.environ.get(LOOPBACK_MEDIA_VARIABLE) == "1":
         _allow_loopback_media()
     if engine == "visioncache":

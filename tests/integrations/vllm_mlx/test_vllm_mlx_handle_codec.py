@@ -208,3 +208,31 @@ def test_upload_bodies_decode_strictly_and_are_bounded() -> None:
     with pytest.raises(UploadError) as raised:
         _json_upload(json.dumps({"image": "A" * (28 << 20)}).encode())
     assert raised.value.status == 413
+
+
+def test_a_handle_held_open_resolves_to_what_its_request_found_without_opening_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from visioncache.integrations.vllm_mlx.handles import KeptImage
+
+    image = b"GIF89a" + os.urandom(400)
+    handles = handles_on(None)
+    ((handle, digest),) = handles.issue([image])
+    engine = VisionEmbeddingCache()
+    opened: list[str] = []
+    real_open = handles.codec.open
+    monkeypatch.setattr(handles.codec, "open", lambda text: opened.append(text) or real_open(text))
+    with handles.held_open([handle, handle], [engine]):  # features gone: the kept bytes, verified
+        assert opened == [handle]  # named twice, opened once
+        found = handles.resolve(handle)
+        assert isinstance(found, KeptImage) and found.data == image and found.digest == digest
+        assert opened == [handle]  # the step took what the check found
+    assert handles.resolve(handle) == ContentDigest(digest) and len(opened) == 2  # no longer held
+    engine.set_image_embeddings([ContentDigest(digest)], [b"features"])
+    with handles.held_open([handle], [engine]):  # features held: no bytes read
+        assert type(handles.resolve(handle)) is ContentDigest
+        assert engine.snapshot().levels["embedding"].pinned == 1
+        other = handles.for_tenant("tenant-b")  # another tenant's view holds nothing open
+        with pytest.raises(UnknownHandleError):
+            other.resolve(handle)
+    assert handles.stats.handles_resolved == 3

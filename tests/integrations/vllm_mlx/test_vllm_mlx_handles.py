@@ -60,6 +60,28 @@ class BodyLog:
         return OpenAI(base_url=url, api_key="unused", max_retries=0, http_client=self.client)
 
 
+class Reads:
+    """What the visioncache server reads from now on (`tests.support.vllm_mlx_server._count_reads`):
+    the bytes given to its content hasher (per call), the bytes its tiers return, the handles
+    it opens."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self._start = {kind: len(server.records(kind)) for kind in ("hashed", "tier_read", "opened")}
+
+    def _since(self, kind: str) -> list[dict[str, Any]]:
+        return self.server.records(kind)[self._start[kind] :]
+
+    def hashed(self) -> list[int]:
+        return [entry["bytes"] for entry in self._since("hashed")]
+
+    def tier_bytes(self) -> int:
+        return sum(entry["bytes"] for entry in self._since("tier_read"))
+
+    def opened(self) -> int:
+        return len(self._since("opened"))
+
+
 def post(url: str, **options: Any) -> Any:
     import requests
 
@@ -349,3 +371,116 @@ def test_the_docs_example_runs_against_the_server(
     exec(compile(code, block.where(ROOT), "exec"), namespace)
     assert namespace["handle"].startswith("visioncache://") and len(namespace["messages"]) == 5
     assert recording.towers() == [1]  # encoded at upload, then served from the cache twice
+
+
+def test_a_warm_handle_is_opened_once_and_hashes_and_reads_nothing(model_dir: Path, tmp_path: Path) -> None:
+    # The kept bytes live in the disk tier only (a 1-byte memory budget for them); the features in
+    # memory. A warm request must not touch the kept bytes at all: it used to read them back from
+    # the tier and hash them before looking for the features, and open its handle twice.
+    flags = ["--vision-cache-disk-dir", str(tmp_path / "tier"), "--vision-cache-max-handle-bytes", "1"]
+    image = image_png(810, (112, 112))
+    with ServerProcess("visioncache", model_dir, tmp_path / "server", *flags) as server:
+        handle = handle_of(server, image)  # encoded at upload: its features are in memory
+        recording = Recording(server)
+        first = ask(server, handle)
+        assert first == ask(server, inline(image)) and recording.towers() == []
+        reads = Reads(server)
+        assert ask(server, handle) == first
+        assert reads.hashed() == [] and reads.tier_bytes() == 0
+        assert reads.opened() == 1  # the handle check opened it; the scheduler step took what it found
+
+
+def test_an_upload_hashes_each_image_once(servers: list[ServerProcess]) -> None:
+    _, ours = servers
+    images = [image_png(811), image_png(812)]
+    for options in ({}, {"encode": False}):  # encoded at once (a miss), or only kept
+        reads = Reads(ours)
+        response = upload(ours, *images, **options)
+        assert response.status_code == 200, response.text
+        assert sorted(reads.hashed()) == sorted(map(len, images)), options
+
+
+def test_features_encoded_again_from_kept_bytes_hash_them_once(servers: list[ServerProcess]) -> None:
+    _, ours = servers
+    image = image_png(813)
+    handle = upload(ours, image, encode=False).json()["data"][0]["handle"]  # kept, not encoded
+    recording, reads = Recording(ours), Reads(ours)
+    answer = ask(ours, handle)
+    assert answer[0] not in (400, 404, 410), answer
+    assert recording.towers() == [1]
+    assert reads.hashed() == [len(image)]  # verified once, against the handle's digest
+    assert reads.opened() == 1
+
+
+def half_png() -> bytes:
+    """The first half of a valid PNG: its signature and header parse, its pixels are cut."""
+    image = image_png(814, (112, 112))
+    return image[: len(image) // 2]
+
+
+def upload_forms(image: bytes) -> dict[str, Callable[[str], Any]]:
+    """Every way to upload ``image``, raw and JSON, with and without encoding, by name."""
+    encoded = base64.b64encode(image).decode()
+    return {
+        "raw": lambda url: post(url, data=image, headers={"content-type": "image/png"}),
+        "raw, ?encode=false": lambda url: post(
+            url + "?encode=false", data=image, headers={"content-type": "image/png"}
+        ),
+        "JSON": lambda url: post(url, json={"image": encoded}),
+        "JSON, encode false": lambda url: post(url, json={"image": encoded, "encode": False}),
+    }
+
+
+def assert_refused_as_json(response: Any, form: str) -> None:
+    assert response.status_code == 400, (form, response.status_code, response.text)
+    error = response.json()["error"]
+    assert error["code"] == "invalid_image" and error["type"] == "invalid_request_error", form
+    assert (
+        "not an image the engine can read" in error["message"] or "could not be encoded" in error["message"]
+    )
+
+
+def test_regression_half_a_png_uploaded_without_encoding_was_a_plain_text_500(
+    servers: list[ServerProcess],
+) -> None:
+    _, ours = servers
+    issued = engine_stats(ours)["handles_issued"]
+    for form, send in upload_forms(half_png()).items():
+        assert_refused_as_json(send(ours.base_url + "/v1/visioncache/images"), form)
+    assert engine_stats(ours)["handles_issued"] == issued
+
+
+def test_regression_a_bad_upload_before_a_lazy_engine_was_built_was_a_plain_text_500(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    image = image_png(815)
+    with ServerProcess("visioncache", model_dir, tmp_path, "--lazy-load-model") as server:
+        url = server.base_url + "/v1/visioncache/images"
+        for form, send in upload_forms(half_png()).items():
+            assert_refused_as_json(send(url), form)
+        uploaded = upload(server, image).json()["data"][0]
+        assert uploaded["encoded"] is False and uploaded["kept"] is True  # no engine yet
+        by_handle = ask(server, uploaded["handle"])  # the engine, built now (its self-check runs
+        assert by_handle[0] not in (400, 404, 410), by_handle  # the tower), encodes the kept bytes
+        recording = Recording(server)
+        assert ask(server, inline(image)) == by_handle
+        assert recording.towers() == []  # the handle's encode was the image's
+
+
+def test_regression_an_image_too_large_to_keep_without_a_tier_was_answered_as_kept(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    small, large = image_png(816, (84, 84)), image_png(817, (140, 140))
+    budget = str(len(small) + 100)
+    with ServerProcess(
+        "visioncache", model_dir, tmp_path, "--vision-cache-max-handle-bytes", budget
+    ) as server:
+        answers = [upload(server, image).json()["data"][0] for image in (small, large)]
+        assert [answer["encoded"] for answer in answers] == [True, True]
+        assert answers[0]["kept"] is True and "reason" not in answers[0]
+        assert answers[1]["kept"] is False
+        assert (
+            "--vision-cache-max-handle-bytes" in answers[1]["reason"]
+            and str(len(large)) in answers[1]["reason"]
+        )
+        assert engine_stats(server)["handle_bytes_entries"] == 1  # as answered: the large one is not kept

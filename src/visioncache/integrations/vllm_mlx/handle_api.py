@@ -5,15 +5,17 @@
   ``{"images": [...]}`` of base64 ``data:`` URLs or raw base64 (with ``"encode": false``), keeps
   each image's bytes, encodes it ahead of use (once the engine has started), and answers
   ``{"object": "list", "data": [{"object": "visioncache.image", "handle": "visioncache://...",
-  "bytes": n, "encoded": true}]}``. It takes vllm-mlx's own API-key check.
+  "bytes": n, "encoded": true, "kept": true}]}`` (``"reason"`` beside ``"kept": false``). It
+  takes vllm-mlx's own API-key check.
 - ``DELETE /v1/visioncache/images/{handle}`` forgets the image for the caller's tenant: its
   features, KV prefixes and kept bytes (`forget`); 404 for a handle the tenant was not given.
 - Every other JSON POST whose body names a handle where an image goes (``url``, ``image_url`` or
   ``image``) is checked before vllm-mlx sees it: its API key first (vllm-mlx's check, so nothing
   is learned without it), then each handle: 400 malformed, 404 unknown (forged, guessed,
   another tenant's), 410 expired (neither features nor bytes held: send the image again), in
-  OpenAI's error format. A request that passes runs with its handles' bytes or features pinned
-  (`Handles.held`), so what was checked still holds when its scheduler step resolves it.
+  OpenAI's error format. A request that passes holds its handles open (`Handles.held_open`): each
+  opened once, its features pinned (else its kept bytes read, verified and held), so what was
+  checked still holds when its scheduler step resolves it, and is not opened or read again.
 
 Only ``vllm_mlx.server``'s ``app``, ``security`` and ``verify_api_key`` are used (seams in
 `compat.SEAMS`); the engine meets handles through the existing seams (`images.resolve_images`).
@@ -139,7 +141,7 @@ class HandleMiddleware:
         engines = [installation.tenant_state(state, tenant).cache for state in installation.engines.values()]
         with ExitStack() as held:
             try:
-                held.enter_context(handles.held([handles.digest(url) for url in urls], engines))
+                held.enter_context(handles.held_open(urls, engines))
             except HandleError as error:
                 await JSONResponse(error_body(error), status_code=error.status)(scope, replay, send)
                 return

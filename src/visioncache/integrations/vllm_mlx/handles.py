@@ -11,6 +11,11 @@ processes (disk) and by replicas (Redis), kept across restarts, and keyed like e
 not depend on the model: after a model change a handle still resolves, its features encoded again
 from the bytes. Bytes read back are hashed again and must give the handle's digest, or they count
 as missing: a damaged or tampered tier can make a handle expire, never mean another image.
+
+A request opens each of its handles once (`Handles.held_open`): it pins the features first, and only
+where they are gone reads, verifies and holds the kept bytes (a `KeptImage`). What it opened is
+what its scheduler step resolves the handle to (`Handles.resolve`): nothing is opened, read or
+hashed again, and a warm handle hashes nothing at all.
 """
 
 from __future__ import annotations
@@ -18,14 +23,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
-from visioncache import ContentDigest, VisionEmbeddingCache
+from visioncache import ContentDigest, VisionEmbeddingCache, forking
 from visioncache.integrations.vllm_mlx.handle_codec import HandleCodec, HandleError, HandleExpiredError
 from visioncache.tiers import TierSettings
 
-__all__ = ["BYTES_NAMESPACE", "HandleStats", "Handles"]
+__all__ = ["BYTES_NAMESPACE", "DigestedImage", "HandleStats", "Handles", "Issued", "KeptImage"]
 
 BYTES_NAMESPACE = "visioncache vllm-mlx image handles: image bytes v1"
 
@@ -44,6 +48,55 @@ class HandleStats:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class DigestedImage(ContentDigest):
+    """An image's bytes with the content digest already computed from them: wherever an image is
+    accepted it is keyed by ``digest`` (nothing hashed again), and an encoder reads ``data``."""
+
+    data: bytes = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class KeptImage(DigestedImage):
+    """A handle's kept bytes, read back and verified against its digest (features were gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    """One uploaded image's handle, and whether its bytes are kept (``reason`` when not)."""
+
+    handle: str
+    kept: bool
+    reason: str | None = None
+
+
+class _Opened:
+    """The handles requests hold open, each with what it resolves to, counted by holder."""
+
+    def __init__(self) -> None:
+        self._lock = forking.lock()  # a leaf: only the map's own operations run under it
+        self._held: dict[str, tuple[int, ContentDigest]] = {}
+
+    def add(self, handle: str, item: ContentDigest) -> None:
+        with self._lock:
+            count, held = self._held.get(handle, (0, item))
+            # Bytes read and verified serve every holder: keep them over a bare digest.
+            self._held[handle] = (count + 1, item if isinstance(item, KeptImage) else held)
+
+    def remove(self, handle: str) -> None:
+        with self._lock:
+            count, held = self._held[handle]
+            if count == 1:
+                del self._held[handle]
+            else:
+                self._held[handle] = (count - 1, held)
+
+    def get(self, handle: str) -> ContentDigest | None:
+        with self._lock:
+            found = self._held.get(handle)
+        return None if found is None else found[1]
 
 
 class Handles:
@@ -69,6 +122,7 @@ class Handles:
             max_embedding_bytes=max_bytes,
             tiers=tiers,
         )
+        self._opened = _Opened()
 
     def for_tenant(self, salt: str | None) -> Handles:
         """Another tenant's handles: sealed and kept under ``salt``, in the same kept-bytes cache
@@ -76,15 +130,31 @@ class Handles:
         view = copy.copy(self)
         view.codec = HandleCodec(salt)
         view.kept = self.kept.with_salt(salt)
+        view._opened = _Opened()  # a handle string opens under one tenant only
         return view
 
     # ---- issuing -------------------------------------------------------------------------------
     def issue(self, images: Sequence[bytes]) -> list[tuple[str, bytes]]:
-        """Keep each image's bytes and return its (handle, content digest), in order."""
+        """Hash and keep each image's bytes; its (handle, content digest), in order."""
         digests = self.kept.image_digests(images)
-        self.kept.set_image_embeddings([ContentDigest(digest) for digest in digests], list(images))
+        issued = self.keep([DigestedImage(d, image) for d, image in zip(digests, images, strict=True)])
+        return [(one.handle, digest) for one, digest in zip(issued, digests, strict=True)]
+
+    def keep(self, images: Sequence[DigestedImage]) -> list[Issued]:
+        """Keep each image's bytes (hashed already: nothing is hashed here) and return its handle,
+        in order, with whether the bytes are kept: with no tier, an image the kept-bytes memory
+        cannot take is not, and its handle serves only while its features are cached."""
+        items = [ContentDigest(image.digest) for image in images]
+        self.kept.set_image_embeddings(items, [image.data for image in images])
         self.stats.handles_issued += len(images)
-        return [(self.codec.seal(digest), digest) for digest in digests]
+        tiered = self.kept.tiers is not None
+        in_memory = [] if tiered else [value is not None for value in self.kept.get_image_embeddings(items)]
+        return [
+            Issued(self.codec.seal(image.digest), True)
+            if tiered or in_memory[index]
+            else Issued(self.codec.seal(image.digest), False, _NOT_KEPT.format(size=len(image.data)))
+            for index, image in enumerate(images)
+        ]
 
     # ---- resolving -----------------------------------------------------------------------------
     def digest(self, handle: str) -> bytes:
@@ -115,32 +185,59 @@ class Handles:
         self.stats.handle_images_from_kept_bytes += 1
         return data
 
-    @contextmanager
-    def held(self, digests: Sequence[bytes], engine_caches: Sequence[VisionEmbeddingCache]) -> Iterator[None]:
-        """Inside the block, every one of ``digests`` stays servable: its kept bytes, or else its
-        features in one of ``engine_caches``, are pinned in memory. `HandleExpiredError` (before
-        the block) when one has neither.
+    def resolve(self, handle: str) -> ContentDigest:
+        """What ``handle`` stands for in a scheduler step: what the request holding it open found
+        (`held_open`: its digest, or its verified kept bytes), else its digest, opened now."""
+        found = self._opened.get(handle)
+        return found if found is not None else ContentDigest(self.digest(handle))
 
-        The features are looked for only when the bytes are gone (a tier hit then counts once
-        here and once when the engine uses it), and only in engines already built: before
-        vllm-mlx has built its engine, a handle whose bytes are gone answers expired.
-        """
-        with ExitStack() as pins:
-            for digest in dict.fromkeys(digests):
-                item = [ContentDigest(digest)]
-                pins.enter_context(self.kept.pinned(item))
-                if self.kept_bytes(digest) is not None:
-                    continue
-                if not any(self._holds_features(cache, item, pins) for cache in engine_caches):
-                    self.stats.handles_missing += 1
-                    raise _expired()
-            self.stats.handles_resolved += len(digests)
+    @contextmanager
+    def held_open(
+        self, handles: Sequence[str], engine_caches: Sequence[VisionEmbeddingCache]
+    ) -> Iterator[None]:
+        """Open each of ``handles`` once, and inside the block keep it servable (`held`) and what
+        it resolves to ready for the request's scheduler step (`resolve`). Raises the first
+        handle's `HandleError` (malformed, unknown, expired) before the block."""
+        opened = {handle: self.digest(handle) for handle in dict.fromkeys(handles)}  # each once
+        digests = [opened[handle] for handle in handles]
+        with self.held(digests, engine_caches) as items, ExitStack() as registered:
+            for handle, item in dict(zip(handles, items, strict=True)).items():
+                self._opened.add(handle, item)
+                registered.callback(self._opened.remove, handle)
             yield
 
+    @contextmanager
+    def held(
+        self, digests: Sequence[bytes], engine_caches: Sequence[VisionEmbeddingCache]
+    ) -> Iterator[list[ContentDigest]]:
+        """Inside the block, every one of ``digests`` stays servable: its features are pinned in
+        ``engine_caches`` (found in memory, else their tiers); only where no engine holds them are
+        its kept bytes pinned, read and verified. Yields what each digest resolves to: a
+        ``ContentDigest``, or a `KeptImage` holding the verified bytes. `HandleExpiredError`
+        (before the block) when one has neither.
+
+        Before vllm-mlx has built its engine there are no features to find: the kept bytes are read.
+        """
+        found: dict[bytes, ContentDigest] = {}
+        with ExitStack() as pins:
+            for digest in dict.fromkeys(digests):
+                item = ContentDigest(digest)
+                if not any(self._holds_features(cache, item, pins) for cache in engine_caches):
+                    pins.enter_context(self.kept.pinned([item]))
+                    data = self.kept_bytes(digest)
+                    if data is None:
+                        self.stats.handles_missing += 1
+                        raise _expired()
+                    item = KeptImage(digest, data)
+                found[digest] = item
+            self.stats.handles_resolved += len(digests)
+            yield [found[digest] for digest in digests]
+
     @staticmethod
-    def _holds_features(cache: VisionEmbeddingCache, item: list[Any], pins: ExitStack) -> bool:
-        pins.enter_context(cache.pinned(item))
-        return cache.get_image_embeddings(item)[0] is not None
+    def _holds_features(cache: VisionEmbeddingCache, item: ContentDigest, pins: ExitStack) -> bool:
+        """Pins ``item``'s features in ``cache`` and says whether it holds them."""
+        pins.enter_context(cache.pinned([item]))
+        return cache.get_image_embeddings([item])[0] is not None
 
     def counters(self) -> dict[str, int]:
         """`HandleStats` plus what the kept bytes hold in memory (``handle_bytes_*``)."""
@@ -155,6 +252,13 @@ class Handles:
     def close(self) -> None:
         """Flush the kept bytes' pending tier writes and close their tiers."""
         self.kept.close()
+
+
+_NOT_KEPT = (
+    "not kept: no disk or Redis tier is configured and the kept-bytes memory "
+    "(--vision-cache-max-handle-bytes) could not take these {size} bytes; the handle is served "
+    "while the image's features are cached, then answers 410 (send the image again)"
+)
 
 
 def _expired() -> HandleExpiredError:

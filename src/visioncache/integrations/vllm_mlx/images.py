@@ -9,8 +9,9 @@ reads it, so that what is cached never changes an answer.
   limits and errors), another ``data:`` URL is decoded as stock decodes it, and the local file it
   wrote is hashed. So no entry is ever keyed by a URL's text: after a URL starts serving other
   content, a 404 or a redirect, the answer is stock's (tests/integrations/vllm_mlx/test_vllm_mlx_media.py).
-- A ``visioncache://`` handle is opened into its content digest (`handles`): a ``ContentDigest``,
-  the same entries as the image inline, and no bytes unless its features must be encoded again.
+- A ``visioncache://`` handle is what the request holding it found (`Handles.resolve`): a
+  ``ContentDigest``, the same entries as the image inline, or, where its features were gone, its
+  kept bytes, read and verified once (a `KeptImage`); nothing is opened, read or hashed again.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from visioncache import ContentDigest, VisionCacheError, VisionEmbeddingCache
 from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.handle_codec import is_handle
-from visioncache.integrations.vllm_mlx.handles import Handles
+from visioncache.integrations.vllm_mlx.handles import DigestedImage, Handles, KeptImage
 
 __all__ = ["materialise", "resolve_images"]
 
@@ -60,8 +61,8 @@ def _stock_input(image: Any) -> str:
 def _resolve_image(cache: VisionEmbeddingCache, handles: Handles | None, image: Any) -> tuple[Any, bytes]:
     url = _url_of(image)
     if handles is not None and is_handle(url):
-        digest = handles.digest(url)
-        return ContentDigest(digest), digest
+        item = handles.resolve(url)
+        return item, item.digest
     if _is_base64_data_url(url):
         try:
             return url, cache.image_digests([url])[0]
@@ -82,7 +83,12 @@ def resolve_images(
 
 def materialise(handles: Handles | None, image: Any) -> Any:
     """What the encoder reads for a resolved input, on a miss only: a data URL hashed in place
-    becomes vllm-mlx's decoded file, a handle its kept bytes; a local file stays as it is."""
+    becomes vllm-mlx's decoded file, a handle its kept bytes (those its request read, or read now);
+    a local file stays as it is."""
+    if isinstance(image, KeptImage) and handles is not None:
+        handles.stats.handle_images_from_kept_bytes += 1
+    if isinstance(image, DigestedImage):
+        return image.data
     if isinstance(image, ContentDigest) and handles is not None:
         return handles.encode_source(image)
     return _stock_input(image) if _is_base64_data_url(image) else image

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from visioncache import VisionEmbeddingCache
-from visioncache.integrations.mlx_vlm import Model, Processor, image_feature_encoder, inputs_from_features
+from visioncache import ContentDigest, VisionEmbeddingCache
+from visioncache.integrations.mlx_vlm import Model, Processor, encode_entries, inputs_from_features
 from visioncache.integrations.mlx_vlm.families import Exactness, Family, Feed
 from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.images import materialise, resolve_images
@@ -73,11 +73,21 @@ def wants_features(request: Any) -> bool:
 
 
 def _encoder(state: EngineState) -> Any:
-    """``encode_fn`` for the step: missing images (as resolved) -> one tower call, counted."""
-    encode = image_feature_encoder(state.model, state.processor, state.cache)
+    """``encode_fn`` for the step: missing images (as resolved) -> one tower call, counted.
+
+    Pixel entries are looked up as the features were: a handle's (or an upload's) by its digest,
+    its bytes read only to preprocess them, so nothing is hashed again; another input by the file
+    vllm-mlx reads, as stock reads it. (The family was self-checked when the engine was built.)
+    """
+    family, model, processor = state.family, state.model, state.processor
+
+    def preprocess(missing: list[Any]) -> Any:
+        return family.preprocess(processor, [materialise(state.handles, image) for image in missing])
 
     def encode_missing(images: list[Any]) -> list[dict[str, Any]]:
-        values = encode([materialise(state.handles, image) for image in images])  # read only now
+        handles = state.handles
+        keyed = [item if isinstance(item, ContentDigest) else materialise(handles, item) for item in images]
+        values = encode_entries(family, model, processor, state.cache.preprocess_images(keyed, preprocess))
         state.stats.vision_tower_calls += 1
         state.stats.images_encoded += len(images)
         return values

@@ -3,7 +3,9 @@
 Bounded before anything is decoded: at most `MAX_IMAGES` images and `MAX_BODY_BYTES` of body, each
 image at most vllm-mlx's own limit for a downloaded image (``MAX_IMAGE_SIZE``, 20 MB in 0.6.0).
 Each image must load as the engine loads it (mlx-vlm's ``load_image``; or, when it is encoded
-ahead of use, encode): a handle is never issued for bytes the model cannot read.
+ahead of use, encode): a handle is never issued for bytes the model cannot read, and bytes that do
+not load are a 400 whatever the decoder raised. Each image is hashed once: its digest keys the
+encode and the kept bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pybase64
 
 from visioncache import VisionCacheError
 from visioncache.integrations.vllm_mlx.compat import checked_module
+from visioncache.integrations.vllm_mlx.handles import DigestedImage, Handles
 from visioncache.integrations.vllm_mlx.step import encode_now
 
 __all__ = ["MAX_BODY_BYTES", "MAX_IMAGES", "UPLOAD_PATH", "UploadError", "read_upload", "upload"]
@@ -113,28 +116,45 @@ def _check_loads(images: list[bytes]) -> None:
     for index, image in enumerate(images):
         try:
             load_image(io.BytesIO(image))
-        except ValueError as error:
+        except Exception as error:  # the bytes' own error: PIL raises OSError, ValueError, ...
             raise UploadError(f"image {index} is not an image the engine can read: {error}") from None
+
+
+def _digested(handles: Handles, images: list[bytes]) -> list[DigestedImage]:
+    """Each image with its content digest: the one time an upload hashes it."""
+    try:
+        digests = handles.kept.image_digests(images)
+    except VisionCacheError as error:
+        raise UploadError(f"the images cannot be kept: {error}") from None
+    return [DigestedImage(digest, image) for digest, image in zip(digests, images, strict=True)]
 
 
 def upload(installation: Any, images: list[bytes], *, encode: bool) -> dict[str, Any]:
     """Issue handles for ``images`` under the caller's tenant (encoding them first when asked and
     the engine has started)."""
     tenant = installation.request_tenant()
+    handles: Handles = installation.handles_for(tenant)
+    digested = _digested(handles, images)
     engines = list(installation.engines.values())
     encoded = encode and len(engines) == 1
     if encoded:
         try:
-            encode_now(installation.tenant_state(engines[0], tenant), images)
+            encode_now(installation.tenant_state(engines[0], tenant), list(digested))
         except Exception as error:  # the image's own error: it cannot be read or encoded
             raise UploadError(f"the images could not be encoded: {error}") from None
     else:
         _check_loads(images)
-    issued = installation.handles_for(tenant).issue(images)
     return {
         "object": "list",
         "data": [
-            {"object": "visioncache.image", "handle": handle, "bytes": len(image), "encoded": encoded}
-            for (handle, _), image in zip(issued, images, strict=True)
+            {
+                "object": "visioncache.image",
+                "handle": issued.handle,
+                "bytes": len(image),
+                "encoded": encoded,
+                "kept": issued.kept,
+                **({} if issued.reason is None else {"reason": issued.reason}),
+            }
+            for issued, image in zip(handles.keep(digested), images, strict=True)
         ],
     }
