@@ -16,6 +16,7 @@ from typing import Any
 
 from visioncache import ContentDigest
 from visioncache.integrations.vllm_mlx.handle_codec import HANDLE_PREFIX
+from visioncache.integrations.vllm_mlx.host import ServerHost, tenant_handles
 from visioncache.integrations.vllm_mlx.kv_keys import image_run_ids
 
 __all__ = ["forget_image", "forget_kv"]
@@ -37,11 +38,11 @@ def forget_kv(prefix_cache: Any, namespace: str, salt: str | None, digest: bytes
     return removed
 
 
-def forget_image(installation: Any, handle: str) -> dict[str, Any]:
+def forget_image(installation: ServerHost, handle: str) -> dict[str, Any]:
     """Forget the image ``handle`` names for the caller's tenant; what was removed (raises the
     handle's `HandleError` for a malformed or unknown one)."""
     tenant = installation.request_tenant()
-    handles = installation.handles_for(tenant)
+    handles = tenant_handles(installation, tenant)
     if not handle.startswith(HANDLE_PREFIX):
         handle = HANDLE_PREFIX + handle  # the path may carry the token alone
     digest = handles.digest(handle)

@@ -32,6 +32,7 @@ from visioncache import ConfigurationError
 from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.forget import forget_image
 from visioncache.integrations.vllm_mlx.handle_codec import HandleError, is_handle
+from visioncache.integrations.vllm_mlx.host import ServerHost, tenant_handles
 from visioncache.integrations.vllm_mlx.uploads import UPLOAD_PATH, UploadError, read_upload, upload
 
 __all__ = ["UPLOAD_PATH", "HandleMiddleware", "mount"]
@@ -40,7 +41,7 @@ _IMAGE_KEYS = frozenset({"url", "image_url", "image"})
 _MARKER = b"visioncache://"
 
 
-def mount(app: Any, installation: Any) -> None:
+def mount(app: Any, installation: ServerHost) -> None:
     """Add the upload route and the handle check to vllm-mlx's ``app`` (before it starts).
 
     Raises ConfigurationError when vllm-mlx's server lacks what is used (nothing is added then).
@@ -109,7 +110,7 @@ def _walk(node: Any, image_slot: bool) -> Iterator[str]:
 class HandleMiddleware:
     """ASGI middleware: checks the handles of a request before vllm-mlx's app sees it."""
 
-    def __init__(self, app: Any, installation: Any) -> None:
+    def __init__(self, app: Any, installation: ServerHost) -> None:
         self.app = app
         self.installation = installation
 
@@ -137,7 +138,7 @@ class HandleMiddleware:
             return
         installation = self.installation
         tenant = installation.request_tenant()
-        handles = installation.handles_for(tenant)
+        handles = tenant_handles(installation, tenant)
         engines = [installation.tenant_state(state, tenant).cache for state in installation.engines.values()]
         with ExitStack() as held:
             try:

@@ -109,7 +109,8 @@ def serve(argv: Sequence[str]) -> int:
     if installation.handles is not None:
         mount(server.app, installation)  # the upload and delete routes and the handle check
     if installation.tenants is not None:
-        mount_tenants(server.app, installation)  # last: the outermost middleware
+        # last: the outermost middleware
+        installation.verify_api_key = mount_tenants(server.app, installation.tenants)
     try:
         cli.serve_command(args)
     except KeyboardInterrupt:

@@ -23,6 +23,7 @@ from visioncache.integrations.mlx_vlm.families import Exactness, Family, Feed
 from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.images import materialise, resolve_images
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, prefix_key
+from visioncache.integrations.vllm_mlx.protocols import BatchRequest
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
 __all__ = ["STATE_ATTRIBUTE", "EngineState", "PreparedRequest", "encode_now", "prepare_step", "release_step"]
@@ -67,7 +68,7 @@ class PreparedRequest:
         return self.fed
 
 
-def wants_features(request: Any) -> bool:
+def wants_features(request: BatchRequest) -> bool:
     """Image requests without video or audio (those keep vllm-mlx's own path)."""
     return bool(request.images) and not request.videos and not request.audio
 
@@ -119,16 +120,17 @@ def encode_now(state: EngineState, images: list[Any]) -> list[dict[str, Any]]:
     return values
 
 
-def prepare_step(state: EngineState, requests: Sequence[Any], *, kv_reuse: bool) -> None:
+def prepare_step(state: EngineState, requests: Sequence[BatchRequest], *, kv_reuse: bool) -> None:
     """Attach a PreparedRequest (or the request's error) to each image request of the step."""
     pending: list[tuple[Any, list[Any], list[bytes]]] = []
     for request in requests:
         if not wants_features(request) or getattr(request, STATE_ATTRIBUTE, None) is not None:
             continue
         state.stats.image_requests += 1
+        sent = list(request.images or ())  # wants_features: there are some
         try:  # a prompt the family cannot take fails before its images are read or encoded
-            state.family.check_prompt(state.processor, request.prompt, len(request.images))
-            images, digests = resolve_images(state.cache, state.handles, request.images)
+            state.family.check_prompt(state.processor, request.prompt, len(sent))
+            images, digests = resolve_images(state.cache, state.handles, sent)
         except Exception as error:
             _fail(state, request, error)
             continue
@@ -146,12 +148,14 @@ def prepare_step(state: EngineState, requests: Sequence[Any], *, kv_reuse: bool)
             _fail(state, request, error)
 
 
-def _fail(state: EngineState, request: Any, error: Exception) -> None:
+def _fail(state: EngineState, request: BatchRequest, error: Exception) -> None:
     state.stats.image_request_errors += 1
     setattr(request, STATE_ATTRIBUTE, error)
 
 
-def _set_inputs(state: EngineState, request: Any, values: list[dict[str, Any]], digests: Any) -> None:
+def _set_inputs(
+    state: EngineState, request: BatchRequest, values: list[dict[str, Any]], digests: Any
+) -> None:
     inputs = inputs_from_features(state.model, state.processor, values, request.prompt)
     key = None
     if digests is not None:
@@ -178,7 +182,7 @@ def _set_inputs(state: EngineState, request: Any, values: list[dict[str, Any]], 
     setattr(request, STATE_ATTRIBUTE, PreparedRequest(state.model, state.family, key, hook))
 
 
-def release_step(requests: Sequence[Any]) -> None:
+def release_step(requests: Sequence[BatchRequest]) -> None:
     """After prefill: drop features and embeddings, keep the KV key (stored when the request ends)."""
     for request in requests:
         prepared = getattr(request, STATE_ATTRIBUTE, None)

@@ -145,17 +145,17 @@ def verifier(tenants: TenantKeys) -> Any:
     return verify_tenant_key
 
 
-def mount(app: Any, installation: Any) -> None:
-    """Serve ``installation.tenants`` on vllm-mlx's ``app`` (before it starts): the tenants' keys
-    replace vllm-mlx's API-key check on every route (FastAPI's dependency override), and each
-    request is handled as its key's tenant (`TenantMiddleware`, outermost: mount it last)."""
+def mount(app: Any, tenants: TenantKeys) -> Any:
+    """Serve ``tenants`` on vllm-mlx's ``app`` (before it starts): the tenants' keys replace
+    vllm-mlx's API-key check on every route (FastAPI's dependency override), and each request is
+    handled as its key's tenant (`TenantMiddleware`, outermost: mount it last). Returns the check
+    that replaced vllm-mlx's (the handle routes run it too)."""
     server = checked_module("vllm_mlx.server")
 
-    tenants: TenantKeys = installation.tenants
     check = verifier(tenants)
     app.dependency_overrides[server.verify_api_key] = check
-    installation.verify_api_key = check
     app.add_middleware(TenantMiddleware, tenants=tenants)
+    return check
 
 
 def warn_if_shared(shared_tier: bool, tenants: TenantKeys | None, salt: str | None) -> None:

@@ -19,6 +19,7 @@ import pybase64
 from visioncache import VisionCacheError
 from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.handles import DigestedImage, Handles
+from visioncache.integrations.vllm_mlx.host import ServerHost, tenant_handles
 from visioncache.integrations.vllm_mlx.step import encode_now
 
 __all__ = ["MAX_BODY_BYTES", "MAX_IMAGES", "UPLOAD_PATH", "UploadError", "read_upload", "upload"]
@@ -129,11 +130,11 @@ def _digested(handles: Handles, images: list[bytes]) -> list[DigestedImage]:
     return [DigestedImage(digest, image) for digest, image in zip(digests, images, strict=True)]
 
 
-def upload(installation: Any, images: list[bytes], *, encode: bool) -> dict[str, Any]:
+def upload(installation: ServerHost, images: list[bytes], *, encode: bool) -> dict[str, Any]:
     """Issue handles for ``images`` under the caller's tenant (encoding them first when asked and
     the engine has started)."""
     tenant = installation.request_tenant()
-    handles: Handles = installation.handles_for(tenant)
+    handles: Handles = tenant_handles(installation, tenant)
     digested = _digested(handles, images)
     engines = list(installation.engines.values())
     encoded = encode and len(engines) == 1
