@@ -7,7 +7,9 @@ distinct 1024x768 JPEG images, measures per image:
 - encode: the vision tower's forward (CUDA-synchronised on a GPU);
 - hit, host: visioncache identity + lookup + copy of the cached embedding to the device (pinned
   host memory, non-blocking, synchronised) -- the embeddings live in host RAM;
-- hit, device: identity + lookup of embeddings that already live on the device.
+- hit, device: identity + lookup of embeddings that already live on the device: a cache with
+  default settings keeps a model's outputs where the model computed them (asserted), so on a GPU
+  this is the hit a served model gets.
 
 It prints (preprocess + encode) / hit and encode / hit, and the bytes per cached image. Runs on a
 GPU (default: the 2B-class tower, bf16) and on CPU (default: a tiny tower, so CI exercises it).
@@ -138,8 +140,10 @@ def measure_count(
     host = [e.to("cpu").pin_memory() if device.type == "cuda" else e.cpu() for e in embeddings]
     host_cache = VisionEmbeddingCache(max_embedding_bytes=None, tiers=None)
     host_cache.set_image_embeddings(jpegs, host)
-    device_cache = VisionEmbeddingCache(max_embedding_bytes=None, tiers=None)
+    # Default settings, as a model on the GPU gets them: its outputs stay where they were computed.
+    device_cache = VisionEmbeddingCache()
     device_cache.set_image_embeddings(jpegs, list(embeddings))
+    assert all(value.device == embeddings[0].device for value in device_cache.get_image_embeddings(jpegs))
 
     def hit_host() -> list[torch.Tensor]:
         return [value.to(device, non_blocking=True) for value in host_cache.get_image_embeddings(jpegs)]
