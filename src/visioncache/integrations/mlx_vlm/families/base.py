@@ -78,7 +78,15 @@ class Family(ABC):
     # ---- 1. one image ------------------------------------------------------------------------
     @abstractmethod
     def preprocess(self, processor: Processor, images: Sequence[Any]) -> list[PixelOnlyCacheEntry]:
-        """One image-processor call over ``images``; one entry per image, its arrays mlx."""
+        """One image-processor call over ``images``.
+
+        Args:
+            processor: the model's mlx-vlm processor.
+            images: the images, as mlx-vlm's ``load_image`` reads them.
+
+        Returns:
+            One `PixelOnlyCacheEntry` per image, in order, its arrays mlx.
+        """
 
     def pixel_layout(self, entry: PixelOnlyCacheEntry) -> Mapping[str, Any]:
         """The layout of a preprocessed image (what `image_text` needs).
@@ -96,13 +104,28 @@ class Family(ABC):
     def pixel_inputs(
         self, entries: Sequence[PixelOnlyCacheEntry], images_per_prompt: Sequence[int]
     ) -> dict[str, Any]:
-        """mlx-vlm's pixel inputs for these images in prompt order (``pixel_values``, ...), the
-        prompts of a batch holding ``images_per_prompt`` images each."""
+        """mlx-vlm's pixel inputs for these images in prompt order.
+
+        Args:
+            entries: the images' entries, in placeholder order over the batch.
+            images_per_prompt: how many images each prompt of the batch holds.
+
+        Returns:
+            The keyword arguments mlx-vlm's model takes for them (``pixel_values``, ...).
+        """
 
     # ---- 2. its placeholder -------------------------------------------------------------------
     @abstractmethod
     def image_text(self, processor: Processor, layout: Mapping[str, Any]) -> str:
-        """The text one image placeholder expands to, for an image of this layout."""
+        """The text one image placeholder expands to.
+
+        Args:
+            processor: the model's mlx-vlm processor.
+            layout: the image's `pixel_layout`.
+
+        Returns:
+            The placeholder's expansion, as the processor writes it for this image.
+        """
 
     def placeholder(self, processor: Processor) -> str:
         """The image placeholder a prompt holds before expansion."""
@@ -177,15 +200,32 @@ class Family(ABC):
     # ---- 3. misses, batched -------------------------------------------------------------------
     @abstractmethod
     def tower(self, model: Model) -> Any:
-        """The vision tower module (its class is what tests count calls on)."""
+        """The vision tower module (its class is what tests count calls on).
+
+        Args:
+            model: the loaded mlx-vlm model.
+        """
 
     @abstractmethod
     def encode(self, model: Model, entries: Sequence[PixelOnlyCacheEntry]) -> list[ImageValue]:
-        """ONE tower call over all entries, evaluated; one value per image, in order."""
+        """ONE tower call over all entries.
+
+        Args:
+            model: the loaded mlx-vlm model.
+            entries: the missing images' entries.
+
+        Returns:
+            One value per image, in order, evaluated (`split_rows` gives each its own rows).
+        """
 
     @abstractmethod
     def token_count(self, model: Model, layout: Mapping[str, Any]) -> int:
-        """How many image tokens (feature rows) an image of this layout has."""
+        """How many image tokens (feature rows) an image of this layout has.
+
+        Args:
+            model: the loaded mlx-vlm model.
+            layout: the image's `pixel_layout` (or its cached value, which carries it).
+        """
 
     def image_token_id(self, model: Model) -> int:
         """The id of the image placeholder token in this model's prompts."""
@@ -242,22 +282,56 @@ class Family(ABC):
 
     @abstractmethod
     def hook_inputs(self, model: Model, values: Sequence[ImageValue]) -> dict[str, Any]:
-        """Keyword arguments for ``model(...)`` / mlx-vlm's ``generate_step`` that replace the
-        tower with these values (mlx-vlm's ``cached_image_features``, plus what it drops)."""
+        """What replaces the tower for these images.
+
+        Args:
+            model: the loaded mlx-vlm model.
+            values: the prompt's images' cached values, in placeholder order.
+
+        Returns:
+            Keyword arguments for ``model(...)`` / mlx-vlm's ``generate_step`` (mlx-vlm's
+            ``cached_image_features``, plus what it drops).
+        """
 
     @abstractmethod
     def feed(self, model: Model, input_ids: Array, hook: Mapping[str, Any]) -> Feed:
-        """The language model's inputs for the whole prompt from `hook_inputs`' output, as the
-        model's forward builds them (the attention mask is the forward's: `forward` takes it)."""
+        """The language model's inputs for the whole prompt, as the model's forward builds them.
+
+        Args:
+            model: the loaded mlx-vlm model.
+            input_ids: the prompt's token ids, batch first.
+            hook: `hook_inputs`' output.
+
+        Returns:
+            A `Feed` (the attention mask is the forward's: `forward` takes it).
+        """
 
     @abstractmethod
     def forward(self, model: Model, feed: Feed, *, cache: Any = None, mask: Array = None) -> Any:
-        """The model's forward on ``feed`` (its output: ``.logits``), as its own ``__call__``."""
+        """The model's forward on ``feed``, as its own ``__call__`` runs it.
+
+        Args:
+            model: the loaded mlx-vlm model.
+            feed: `feed`'s output.
+            cache: the KV cache to extend (mlx-vlm's), or None.
+            mask: the attention mask, or None.
+
+        Returns:
+            The model's output (``.logits``).
+        """
 
     @abstractmethod
     def window(self, feed: Feed, start: int, end: int) -> dict[str, Any]:
-        """The language model's inputs for positions ``[start, end)`` of ``feed`` (batch 1),
-        besides what vllm-mlx passes itself (position ids): a KV prefix hit's tail."""
+        """The language model's inputs for positions ``[start, end)`` of ``feed``: a KV hit's tail.
+
+        Args:
+            feed: the whole prompt's `Feed` (batch 1).
+            start: the first position to prefill.
+            end: one past the last.
+
+        Returns:
+            Keyword arguments besides what vllm-mlx passes itself (position ids).
+        """
 
     def reusable_prefix(
         self, model: Model, token_ids: Sequence[int], reused: int, stored: int | None
