@@ -196,7 +196,7 @@ def main() -> int:
     image = base64.b64decode(photo.split(",", 1)[1])
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        model_dir = model_directory(args.model, root)
+        model_dir = model_directory(args.model, "qwen2_vl", root)
         engines = ("stock", "visioncache", "visioncache")
         servers = [ServerProcess(name, model_dir, root / f"{index}") for index, name in enumerate(engines)]
         try:
