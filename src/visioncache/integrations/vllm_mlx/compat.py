@@ -155,10 +155,10 @@ def checked_module(name: str, *, again: bool = False) -> ModuleType:
         visioncache.versions.UnsupportedVersionError: another vllm-mlx release is installed.
         ConfigurationError: a seam of ``name`` is missing or changed its parameters.
     """
-    version = _check_version()
+    if name in _checked and not again:  # checked once: from here on a sys.modules lookup
+        return importlib.import_module(name)
+    version = _check_version()  # reads the distribution's metadata: 0.4 ms, not per request
     module = importlib.import_module(name)
-    if name in _checked and not again:
-        return module
     problems = seam_problems(module)
     if problems:
         raise ConfigurationError(
