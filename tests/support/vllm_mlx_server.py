@@ -105,9 +105,9 @@ def _count_reads(write: Callable[[dict[str, Any]], None]) -> None:
         write({"kind": "tier_read", "bytes": sum(tree_nbytes(tree) for tree in trees if tree is not None)})
         return trees
 
-    def counted_open(self: Any, handle: str) -> bytes:
+    def counted_open(self: Any, handle: str, *kind: Any) -> bytes:
         write({"kind": "opened"})
-        digest: bytes = open_handle(self, handle)
+        digest: bytes = open_handle(self, handle, *kind)  # kind: "image" or "video"
         return digest
 
     chain.TierChain.load_many = counted_load_many  # type: ignore[method-assign]

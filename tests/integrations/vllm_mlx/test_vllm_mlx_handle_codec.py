@@ -221,7 +221,9 @@ def test_a_handle_held_open_resolves_to_what_its_request_found_without_opening_i
     engine = VisionEmbeddingCache()
     opened: list[str] = []
     real_open = handles.codec.open
-    monkeypatch.setattr(handles.codec, "open", lambda text: opened.append(text) or real_open(text))
+    monkeypatch.setattr(
+        handles.codec, "open", lambda text, *kind: opened.append(text) or real_open(text, *kind)
+    )
     with handles.held_open([handle, handle], [engine]):  # features gone: the kept bytes, verified
         assert opened == [handle]  # named twice, opened once
         found = handles.resolve(handle)

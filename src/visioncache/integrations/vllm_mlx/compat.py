@@ -102,6 +102,12 @@ SEAMS: tuple[Seam, ...] = (
     Seam("vllm_mlx.models.mllm", "process_image_input", "called", ("image",)),
     Seam("vllm_mlx.models.mllm", "MAX_BASE64_IMAGE_LENGTH", "read"),
     Seam("vllm_mlx.models.mllm", "MAX_IMAGE_SIZE", "read"),
+    # videos (video_handles.py): what stock reads a video with, and its limits
+    Seam("vllm_mlx.models.mllm", "extract_video_frames_smart", "called", ("video_path", "fps", "max_frames")),
+    Seam("vllm_mlx.models.mllm", "DEFAULT_FPS", "read"),
+    Seam("vllm_mlx.models.mllm", "MAX_FRAMES", "read"),
+    Seam("vllm_mlx.models.mllm", "MAX_VIDEO_SIZE", "read"),
+    Seam("vllm_mlx.models.mllm", "MAX_BASE64_VIDEO_LENGTH", "read"),
     # the server (launcher.py, handle_api.py, tenants.py, metrics.py)
     Seam("vllm_mlx.cli", "create_parser", "called"),
     Seam("vllm_mlx.cli", "serve_command", "called", ("args",)),

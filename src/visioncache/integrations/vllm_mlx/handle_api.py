@@ -31,13 +31,21 @@ from typing import Any
 from visioncache import ConfigurationError
 from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.forget import forget_image
-from visioncache.integrations.vllm_mlx.handle_codec import HandleError, is_handle
+from visioncache.integrations.vllm_mlx.handle_codec import HandleError, MediaKind, is_handle
 from visioncache.integrations.vllm_mlx.host import ServerHost, tenant_handles
 from visioncache.integrations.vllm_mlx.uploads import UPLOAD_PATH, UploadError, read_upload, upload
+from visioncache.integrations.vllm_mlx.video_handles import (
+    VIDEO_UPLOAD_PATH,
+    forget_video,
+    inline_videos,
+    read_video_upload,
+    upload_videos,
+)
 
 __all__ = ["UPLOAD_PATH", "HandleMiddleware", "mount"]
 
 _IMAGE_KEYS = frozenset({"url", "image_url", "image"})
+_VIDEO_KEYS = frozenset({"video_url", "video"})
 _MARKER = b"visioncache://"
 
 
@@ -70,13 +78,31 @@ def mount(app: Any, installation: ServerHost) -> None:
         except HandleError as error:
             return JSONResponse(error_body(error), status_code=error.status)
 
+    async def upload_video(request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(upload_videos(installation, await read_video_upload(request)))
+        except (UploadError, HandleError) as error:
+            return JSONResponse(error_body(error), status_code=error.status)
+
+    async def delete_video(handle: str) -> JSONResponse:
+        try:
+            return JSONResponse(forget_video(installation, handle))
+        except HandleError as error:
+            return JSONResponse(error_body(error), status_code=error.status)
+
     # FastAPI reads the annotations; under postponed evaluation they are strings naming local imports.
-    upload_images.__annotations__ = {"request": Request, "return": JSONResponse}
-    delete_image.__annotations__ = {"handle": str, "return": JSONResponse}
+    for uploading in (upload_images, upload_video):
+        uploading.__annotations__ = {"request": Request, "return": JSONResponse}
+    for deleting in (delete_image, delete_video):
+        deleting.__annotations__ = {"handle": str, "return": JSONResponse}
 
     checked = [Depends(server.verify_api_key)]  # the tenants' check where they are configured
     app.add_api_route(UPLOAD_PATH, upload_images, methods=["POST"], dependencies=checked)
     app.add_api_route(UPLOAD_PATH + "/{handle:path}", delete_image, methods=["DELETE"], dependencies=checked)
+    app.add_api_route(VIDEO_UPLOAD_PATH, upload_video, methods=["POST"], dependencies=checked)
+    app.add_api_route(
+        VIDEO_UPLOAD_PATH + "/{handle:path}", delete_video, methods=["DELETE"], dependencies=checked
+    )
     app.add_middleware(HandleMiddleware, installation=installation)
 
 
@@ -87,24 +113,37 @@ def error_body(error: UploadError | HandleError) -> dict[str, Any]:
 
 def handle_urls(body: bytes) -> list[str]:
     """The handles a JSON request body names where an image goes (none if it is not JSON)."""
+    return [url for url, kind in media_handles(body) if kind == "image"]
+
+
+def media_handles(body: bytes) -> list[tuple[str, MediaKind]]:
+    """The handles a JSON request body names where an image or a video goes, with which (none if
+    it is not JSON): under ``video_url`` or ``video`` a video, under ``url``, ``image_url`` or
+    ``image`` elsewhere an image."""
     if _MARKER not in body:  # the common case: one scan, no parse
         return []
     try:
         document = json.loads(body)
     except ValueError:
         return []  # vllm-mlx answers malformed JSON itself
-    return list(_walk(document, image_slot=False))
+    return list(_walk(document, None))
 
 
-def _walk(node: Any, image_slot: bool) -> Iterator[str]:
+def _slot(key: str, parent: MediaKind | None) -> MediaKind | None:
+    if key in _VIDEO_KEYS or (parent == "video" and key == "url"):
+        return "video"
+    return "image" if key in _IMAGE_KEYS else None
+
+
+def _walk(node: Any, slot: MediaKind | None) -> Iterator[tuple[str, MediaKind]]:
     if isinstance(node, dict):
         for key, value in node.items():
-            yield from _walk(value, key in _IMAGE_KEYS)
+            yield from _walk(value, _slot(key, slot))
     elif isinstance(node, list):
         for value in node:
-            yield from _walk(value, image_slot)
-    elif image_slot and is_handle(node):
-        yield node
+            yield from _walk(value, slot)
+    elif slot is not None and is_handle(node):
+        yield node, slot
 
 
 class HandleMiddleware:
@@ -118,15 +157,15 @@ class HandleMiddleware:
         if (
             scope["type"] != "http"
             or scope["method"] != "POST"
-            or scope["path"] == UPLOAD_PATH
+            or scope["path"] in (UPLOAD_PATH, VIDEO_UPLOAD_PATH)
             or not _is_json(scope)  # multipart audio uploads and the like stream through untouched
         ):
             await self.app(scope, receive, send)
             return
         messages, body = await _read_body(receive)
         replay = _replay(messages, receive)
-        urls = handle_urls(body)
-        if not urls:
+        found = media_handles(body)
+        if not found:
             await self.app(scope, replay, send)
             return
         from starlette.requests import Request
@@ -139,6 +178,15 @@ class HandleMiddleware:
         installation = self.installation
         tenant = installation.request_tenant()
         handles = tenant_handles(installation, tenant)
+        if any(kind == "video" for _, kind in found):
+            try:  # a video's handle becomes its kept bytes, for vllm-mlx's own video path
+                body = inline_videos(body, handles)
+            except HandleError as error:
+                await JSONResponse(error_body(error), status_code=error.status)(scope, replay, send)
+                return
+            scope = _with_length(scope, len(body))
+            replay = _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
+        urls = [url for url, kind in found if kind == "image"]
         engines = [installation.tenant_state(state, tenant).cache for state in installation.engines.values()]
         with ExitStack() as held:
             try:
@@ -147,6 +195,12 @@ class HandleMiddleware:
                 await JSONResponse(error_body(error), status_code=error.status)(scope, replay, send)
                 return
             await self.app(scope, replay, send)
+
+
+def _with_length(scope: Any, length: int) -> Any:
+    """``scope`` with its ``content-length`` header saying ``length`` (a rewritten body's)."""
+    headers = [pair for pair in scope.get("headers") or [] if pair[0].lower() != b"content-length"]
+    return {**scope, "headers": [*headers, (b"content-length", str(length).encode("ascii"))]}
 
 
 def _is_json(scope: Any) -> bool:

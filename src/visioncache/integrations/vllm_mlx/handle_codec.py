@@ -1,4 +1,5 @@
-"""Image handles: ``visioncache://<64 characters>``, the server's sealed name for an image's content.
+"""Image and video handles: ``visioncache://<64 characters>``, the server's sealed name for an
+image's (or a video's) content.
 
 A handle is the image's content digest (the 32-byte blake3 digest visioncache keys the image by)
 sealed with AES-SIV (RFC 5297, `cryptography`'s ``AESSIV``) under a key derived from the tenant
@@ -14,13 +15,17 @@ is idempotent, and two clients uploading one image get one handle). Why this con
   before anything is looked up: it cannot probe which images a tenant holds;
 - **reveals nothing**: under a salt, a handle is a pseudorandom string; not even whether two
   tenants' handles name one image. Without a salt the key is public: a handle is then a public
-  function of the image, which anyone holding the image can compute (docs/vllm-mlx.md, Threat model).
+  function of the image, which anyone holding the image can compute (docs/vllm-mlx.md, Threat model);
+- **of one kind**: the media kind is sealed with the digest (AES-SIV's associated data), so a
+  video's handle opens only where a video goes and an image's only where an image goes
+  (`WrongKindHandleError` for the other kind: the media is never read as what it is not).
 """
 
 from __future__ import annotations
 
 import re
 import struct
+from typing import Literal
 
 import pybase64
 from blake3 import blake3
@@ -35,7 +40,9 @@ __all__ = [
     "HandleError",
     "HandleExpiredError",
     "MalformedHandleError",
+    "MediaKind",
     "UnknownHandleError",
+    "WrongKindHandleError",
     "is_handle",
 ]
 
@@ -44,7 +51,13 @@ _TOKEN_BYTES = 16 + DIGEST_SIZE  # the synthetic IV, then the encrypted digest
 _TOKEN_CHARS = _TOKEN_BYTES * 4 // 3  # base64url, 64 characters: no padding, no spare bits
 _TOKEN_PATTERN = re.compile(f"[A-Za-z0-9_-]{{{_TOKEN_CHARS}}}")
 _KEY_CONTEXT = "visioncache vllm-mlx image handle key v1"
-_ASSOCIATED_DATA = [b"visioncache image handle v1"]
+MediaKind = Literal["image", "video"]
+# Sealed with the handle: a video's handle opens only where a video goes, an image's where an image
+# goes (the image's associated data is unchanged, so image handles issued before videos still open).
+_ASSOCIATED_DATA: dict[MediaKind, list[bytes]] = {
+    "image": [b"visioncache image handle v1"],
+    "video": [b"visioncache video handle v1"],
+}
 
 
 class HandleError(VisionCacheError):
@@ -66,11 +79,20 @@ class UnknownHandleError(HandleError):
     code = "unknown_image_handle"
 
 
+class WrongKindHandleError(HandleError, InvalidArgumentError):
+    """Issued here, for the other kind of media: a video's handle where an image goes, or the reverse."""
+
+    code = "wrong_handle_kind"
+
+
 class HandleExpiredError(HandleError):
     """Issued here, but the server holds neither the image's features nor its bytes any more."""
 
     status = 410
     code = "image_handle_expired"
+
+
+_ARTICLE: dict[MediaKind, str] = {"image": "an image", "video": "a video"}
 
 
 def is_handle(url: object) -> bool:
@@ -97,21 +119,32 @@ class HandleCodec:
 
         self._siv = AESSIV(_handle_key(salt))
 
-    def seal(self, digest: bytes) -> str:
-        """The handle of the content whose digest is ``digest``."""
+    def seal(self, digest: bytes, kind: MediaKind = "image") -> str:
+        """The handle of the ``kind`` content whose digest is ``digest``."""
         if len(digest) != DIGEST_SIZE:
             raise InvalidArgumentError(f"a handle seals a {DIGEST_SIZE}-byte digest, got {len(digest)} bytes")
-        token = self._siv.encrypt(digest, _ASSOCIATED_DATA)
+        token = self._siv.encrypt(digest, _ASSOCIATED_DATA[kind])
         return HANDLE_PREFIX + pybase64.urlsafe_b64encode(token).decode("ascii").rstrip("=")
 
-    def open(self, handle: str) -> bytes:
-        """The digest ``handle`` seals; `MalformedHandleError` or `UnknownHandleError` otherwise."""
+    def open(self, handle: str, kind: MediaKind = "image") -> bytes:
+        """The digest ``handle`` seals as a ``kind`` handle; `MalformedHandleError`,
+        `WrongKindHandleError` (the other kind's handle) or `UnknownHandleError` otherwise."""
         from cryptography.exceptions import InvalidTag
 
         token = _token(handle)
         try:
-            digest: bytes = self._siv.decrypt(token, _ASSOCIATED_DATA)
+            digest: bytes = self._siv.decrypt(token, _ASSOCIATED_DATA[kind])
         except InvalidTag:
+            other: MediaKind = "video" if kind == "image" else "image"
+            try:
+                self._siv.decrypt(token, _ASSOCIATED_DATA[other])
+            except InvalidTag:
+                pass
+            else:
+                raise WrongKindHandleError(
+                    f"this {other} handle is used where {_ARTICLE[kind]} goes: an image's handle goes "
+                    "in an image_url part, a video's (POST /v1/visioncache/videos) in a video_url part"
+                ) from None
             raise UnknownHandleError(
                 "unknown image handle: it was not issued by this server for this tenant (forged, "
                 "mistyped, another tenant's, or issued before the salt changed); upload the image "

@@ -26,7 +26,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 
 from visioncache import ContentDigest, VisionEmbeddingCache, forking
-from visioncache.integrations.vllm_mlx.handle_codec import HandleCodec, HandleError, HandleExpiredError
+from visioncache.integrations.vllm_mlx.handle_codec import (
+    HandleCodec,
+    HandleError,
+    HandleExpiredError,
+    MediaKind,
+)
 from visioncache.tiers import TierSettings
 
 __all__ = ["BYTES_NAMESPACE", "DigestedImage", "HandleStats", "Handles", "Issued", "KeptImage"]
@@ -140,27 +145,30 @@ class Handles:
         issued = self.keep([DigestedImage(d, image) for d, image in zip(digests, images, strict=True)])
         return [(one.handle, digest) for one, digest in zip(issued, digests, strict=True)]
 
-    def keep(self, images: Sequence[DigestedImage]) -> list[Issued]:
-        """Keep each image's bytes (hashed already: nothing is hashed here) and return its handle,
-        in order, with whether the bytes are kept: with no tier, an image the kept-bytes memory
-        cannot take is not, and its handle serves only while its features are cached."""
+    def keep(self, images: Sequence[DigestedImage], kind: MediaKind = "image") -> list[Issued]:
+        """Keep each image's (or video's: ``kind``) bytes (hashed already: nothing is hashed here)
+        and return its handle, in order, with whether the bytes are kept: with no tier, an image the
+        kept-bytes memory cannot take is not, and its handle serves only while its features are
+        cached (a video's, never: a video is served from its kept bytes)."""
         items = [ContentDigest(image.digest) for image in images]
         self.kept.set_image_embeddings(items, [image.data for image in images])
         self.stats.handles_issued += len(images)
         tiered = self.kept.tiers is not None
         in_memory = [] if tiered else [value is not None for value in self.kept.get_image_embeddings(items)]
+        not_kept = _NOT_KEPT_VIDEO if kind == "video" else _NOT_KEPT
         return [
-            Issued(self.codec.seal(image.digest), True)
+            Issued(self.codec.seal(image.digest, kind), True)
             if tiered or in_memory[index]
-            else Issued(self.codec.seal(image.digest), False, _NOT_KEPT.format(size=len(image.data)))
+            else Issued(self.codec.seal(image.digest, kind), False, not_kept.format(size=len(image.data)))
             for index, image in enumerate(images)
         ]
 
     # ---- resolving -----------------------------------------------------------------------------
-    def digest(self, handle: str) -> bytes:
-        """The content digest ``handle`` seals (`HandleError` for a malformed or unknown one)."""
+    def digest(self, handle: str, kind: MediaKind = "image") -> bytes:
+        """The content digest ``handle`` seals as a ``kind`` handle (`HandleError` for a malformed,
+        unknown or other-kind one)."""
         try:
-            return self.codec.open(handle)
+            return self.codec.open(handle, kind)
         except HandleError:
             self.stats.handles_refused += 1
             raise
@@ -258,6 +266,12 @@ _NOT_KEPT = (
     "not kept: no disk or Redis tier is configured and the kept-bytes memory "
     "(--vision-cache-max-handle-bytes) could not take these {size} bytes; the handle is served "
     "while the image's features are cached, then answers 410 (send the image again)"
+)
+
+_NOT_KEPT_VIDEO = (
+    "not kept: no disk or Redis tier is configured and the kept-bytes memory "
+    "(--vision-cache-max-handle-bytes) could not take these {size} bytes; a video's handle is "
+    "served from its kept bytes only, so this one answers 410 (send the video inline)"
 )
 
 

@@ -46,7 +46,8 @@ def _max_image_bytes() -> int:
 
 
 def _too_large(what: str, size: int, limit: int) -> UploadError:
-    return UploadError(f"{what} of {size} bytes exceeds the limit of {limit} bytes", 413, "image_too_large")
+    code = "video_too_large" if what.startswith("video") else "image_too_large"
+    return UploadError(f"{what} of {size} bytes exceeds the limit of {limit} bytes", 413, code)
 
 
 async def read_upload(request: Any) -> tuple[list[bytes], bool]:
@@ -89,25 +90,26 @@ def _json_upload(body: bytes) -> tuple[list[bytes], bool]:
     return [_decode(text, index) for index, text in enumerate(texts)], encode
 
 
-def _decode(text: Any, index: int) -> bytes:
-    """A base64 ``data:`` URL or raw base64, strictly decoded; size-checked before decoding."""
+def _decode(text: Any, index: int, what: str = "image", limit: int | None = None) -> bytes:
+    """A base64 ``data:`` URL or raw base64, strictly decoded; size-checked (against ``limit``,
+    default vllm-mlx's image limit) before decoding. ``what`` names the media in errors."""
     if not isinstance(text, str):
-        raise UploadError(f"image {index} must be a string: a base64 data: URL or raw base64")
+        raise UploadError(f"{what} {index} must be a string: a base64 data: URL or raw base64")
     start = 0
     if text.startswith("data:"):
         comma = text.find(",", 0, _MAX_DATA_URL_HEADER)
         if comma < 0 or not text[:comma].lower().endswith(";base64"):
             raise UploadError(
-                f"image {index}: only base64 data: URLs are accepted (data:image/png;base64,...)"
+                f"{what} {index}: only base64 data: URLs are accepted (data:{what}/...;base64,...)"
             )
         start = comma + 1
-    limit = _max_image_bytes()
+    limit = _max_image_bytes() if limit is None else limit
     if (len(text) - start) // 4 * 3 > limit + 2:
-        raise _too_large(f"image {index}", (len(text) - start) // 4 * 3, limit)
+        raise _too_large(f"{what} {index}", (len(text) - start) // 4 * 3, limit)
     try:
         data: bytes = pybase64.b64decode(text[start:], validate=True)
     except ValueError:  # binascii.Error, or a non-ASCII character
-        raise UploadError(f"image {index} is not valid base64") from None
+        raise UploadError(f"{what} {index} is not valid base64") from None
     return data
 
 
