@@ -16,6 +16,10 @@
   OpenAI's error format. A request that passes holds its handles open (`Handles.held_open`): each
   opened once, its features pinned (else its kept bytes read, verified and held), so what was
   checked still holds when its scheduler step resolves it, and is not opened or read again.
+- Videos (`video_handles`): ``POST /v1/visioncache/videos`` and ``DELETE .../videos/{handle}``
+  likewise; a handle where a video goes (under ``video_url`` or ``video``) is replaced, after the
+  same checks, by its kept bytes as a ``data:video/...`` URL, for vllm-mlx's own video path. A
+  handle of the other kind is a 400 ``wrong_handle_kind``.
 
 Only ``vllm_mlx.server``'s ``app``, ``security`` and ``verify_api_key`` are used (seams in
 `compat.SEAMS`); the engine meets handles through the existing seams (`images.resolve_images`).

@@ -148,7 +148,7 @@ class HandleCodec:
             raise UnknownHandleError(
                 "unknown image handle: it was not issued by this server for this tenant (forged, "
                 "mistyped, another tenant's, or issued before the salt changed); upload the image "
-                "again (POST /v1/visioncache/images) or send it inline"
+                "or video again (POST /v1/visioncache/images or /videos) or send it inline"
             ) from None
         return digest
 
