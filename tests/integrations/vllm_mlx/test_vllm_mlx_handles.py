@@ -215,7 +215,7 @@ def test_a_handle_hits_the_entries_of_the_same_image_sent_inline(servers: list[S
 def test_malformed_forged_and_other_tenant_handles_get_their_documented_answers(
     servers: list[ServerProcess],
 ) -> None:
-    from visioncache.integrations.vllm_mlx.handle_codec import HandleCodec
+    from visioncache.integrations.handles.handle_codec import HandleCodec
 
     _, ours = servers
     image = image_png(802)
