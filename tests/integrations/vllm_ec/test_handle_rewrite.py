@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,12 +35,18 @@ class Recorder:
         await send({"type": "http.response.body", "body": b"{}"})
 
 
-def call(middleware: VisionCacheHandles, body: bytes, api_key: str | None = None) -> tuple[int, Any]:
-    """POST ``body`` to /v1/chat/completions through ``middleware``: (status, JSON answer)."""
+def call(
+    middleware: VisionCacheHandles,
+    body: bytes,
+    api_key: str | None = None,
+    path: str = "/v1/chat/completions",
+    app: Any = None,
+) -> tuple[int, Any]:
+    """POST ``body`` to ``path`` through ``middleware`` (in vLLM's ``app``): (status, JSON answer)."""
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if api_key is not None:
         headers.append((b"authorization", f"Bearer {api_key}".encode()))
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
+    scope = {"type": "http", "method": "POST", "path": path, "headers": headers, "app": app}
     pending = [{"type": "http.request", "body": body, "more_body": False}]
     sent: list[Any] = []
 
@@ -133,3 +140,22 @@ def test_a_handle_whose_bytes_are_gone_is_410(app: Recorder) -> None:
     assert middleware.handles.kept.discard_images([image]) == 1
     status, answer = call(middleware, chat_body(issued["handle"]))
     assert (status, answer["error"]["code"]) == (410, "image_handle_expired")
+
+
+def test_vllms_api_keys_are_checked_before_a_handle_is_opened_or_an_upload_kept(app: Recorder) -> None:
+    """vLLM's ``--api-key`` guards the upload as it guards its own routes; a chat request that
+    fails it reaches vLLM untouched (vLLM answers 401): no handle is opened for it."""
+    vllm_app = SimpleNamespace(state=SimpleNamespace(args=SimpleNamespace(api_key=["right"])))
+    middleware = VisionCacheHandles(app, {})
+    image = base64.b64encode(png(5)).decode()
+    upload = json.dumps({"image": image}).encode()
+    for api_key in (None, "wrong"):
+        status, answer = call(middleware, upload, api_key, "/v1/visioncache/images", vllm_app)
+        assert (status, answer) == (401, {"error": "Unauthorized"})
+    assert middleware.handles.counters()["handles_issued"] == 0
+    status, answer = call(middleware, upload, "right", "/v1/visioncache/images", vllm_app)
+    assert status == 200
+    handle = answer["data"][0]["handle"]
+    assert call(middleware, chat_body(handle), "wrong", app=vllm_app)[0] == 200  # the recorder's answer
+    assert app.bodies == [chat_body(handle)]  # untouched: vLLM's own check refuses it
+    assert middleware.handles.counters()["handles_resolved"] == 0
