@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -231,3 +232,28 @@ def test_tenants_do_not_share_handles(servers: dict[str, VllmServer]) -> None:
         json_type | {"Authorization": "Bearer alice"},
     )
     assert (answered, answer["error"]["code"]) == (404, "unknown_image_handle")
+
+
+def test_a_handle_to_an_image_the_connector_holds_costs_no_encode(servers: dict[str, VllmServer]) -> None:
+    """vLLM names the image sent inline by its content hash and the handle's by the server's
+    ``uuid``, so its own encoder cache misses; the connector keys both by what the encoder is given:
+    with it the handle costs no encode, without it one."""
+    image = _png(51)
+    for name, encodes in (("handles_ec", 0), ("handles", 1)):
+        server = servers[name]
+        stored = _tier_files(server)
+        inline = answers(server, OneImageChat(image_data_url(51)), turns=1)
+        deadline = time.monotonic() + 60
+        while name == "handles_ec" and _tier_files(server) == stored:  # saved in the background
+            assert time.monotonic() < deadline, "the inline image's encoder output never reached the tier"
+            time.sleep(0.2)
+        handle = upload(server, image, api_key="unused")
+        before = server.encoded()
+        assert answers(server, OneImageChat(handle), turns=1) == inline
+        assert server.encoded() - before == encodes, name
+
+
+def _tier_files(server: VllmServer) -> set[tuple[str, int, int]]:
+    """What the disk tier's files are (name, size, modification time): a save changes them."""
+    tier = server.log.parent / "tier"
+    return {(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in tier.rglob("*") if p.is_file()}
