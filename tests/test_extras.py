@@ -37,6 +37,11 @@ GUARDS = [
         "import visioncache; visioncache.TierSettings(redis_url='redis://h/0').build_chain()",
     ),
     ("metrics", ["prometheus_client"], "import visioncache.metrics"),
+    (
+        "handles",
+        ["cryptography", "cryptography.hazmat.primitives.ciphers.aead"],
+        "from visioncache.integrations.handles import HandleCodec; HandleCodec(None)",
+    ),
     ("hf", ["torch"], "import visioncache.integrations.transformers"),
     ("hf", ["transformers"], "from visioncache.integrations.transformers import CachedVisionModel"),
     ("hf", ["av"], "from visioncache.integrations.video.decode import probe_video as f; f(b'not a video')"),

@@ -16,7 +16,7 @@ from visioncache.errors import MissingExtraError
 __all__ = ["EXTRAS", "missing_extra", "requires"]
 
 # The extras of pyproject.toml a user installs (`dev` and `vllm-mlx-deps` are the project's own).
-EXTRAS = ("hf", "mlx", "metrics", "redis", "vllm-mlx")
+EXTRAS = ("handles", "hf", "mlx", "metrics", "redis", "vllm-mlx")
 
 
 def missing_extra(extra: str, needed_by: str, module: str | None, detail: str = "") -> MissingExtraError:

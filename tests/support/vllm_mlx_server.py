@@ -89,7 +89,7 @@ def _count_reads(write: Callable[[dict[str, Any]], None]) -> None:
     """Record every byte visioncache's content hasher is given (``hashed``), every byte its tiers
     return (``tier_read``) and every handle it opens (``opened``)."""
     from visioncache.identity import files, hasher
-    from visioncache.integrations.vllm_mlx import handle_codec
+    from visioncache.integrations.handles import handle_codec
     from visioncache.tiers import chain
     from visioncache.trees import tree_nbytes
 

@@ -102,7 +102,7 @@ def _digests(args: argparse.Namespace, salts: Sequence[str | None]) -> list[byte
 
 
 def _open_handle(handle: str, salts: Sequence[str | None]) -> bytes:
-    from visioncache.integrations.vllm_mlx.handle_codec import HandleCodec, HandleError
+    from visioncache.integrations.handles import HandleCodec, HandleError
 
     for salt in salts:
         try:

@@ -148,11 +148,12 @@ def chat(
     workload: Workload,
     requests: list[tuple[int, int]],
     replies: dict[tuple[int, int], str],
+    api_key: str = "unused",
 ) -> dict[str, Any]:
-    """Send ``requests`` of ``workload`` one at a time through the ``openai`` client."""
+    """Send ``requests`` of ``workload`` one at a time through the ``openai`` client (as ``api_key``)."""
     import openai
 
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
     extra_body: dict[str, Any] = {"return_tokens_as_token_ids": True}
     if workload.processor_kwargs:
         extra_body["mm_processor_kwargs"] = dict(workload.processor_kwargs)

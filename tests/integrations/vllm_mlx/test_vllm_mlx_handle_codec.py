@@ -15,15 +15,15 @@ from hypothesis import strategies as st
 
 from tests.support.memory_tier import MemoryTier
 from visioncache import ContentDigest, TierChain, VisionEmbeddingCache
-from visioncache.integrations.vllm_mlx.handle_api import handle_urls
-from visioncache.integrations.vllm_mlx.handle_codec import (
+from visioncache.integrations.handles.handle_codec import (
     HANDLE_PREFIX,
     HandleCodec,
     HandleExpiredError,
     MalformedHandleError,
     UnknownHandleError,
 )
-from visioncache.integrations.vllm_mlx.handles import Handles
+from visioncache.integrations.handles.handles import Handles
+from visioncache.integrations.vllm_mlx.handle_api import handle_urls
 from visioncache.tiers.serialization import dumps
 
 DIGEST = bytes(range(32))
@@ -213,7 +213,7 @@ def test_upload_bodies_decode_strictly_and_are_bounded() -> None:
 def test_a_handle_held_open_resolves_to_what_its_request_found_without_opening_it_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from visioncache.integrations.vllm_mlx.handles import KeptImage
+    from visioncache.integrations.handles.handles import KeptImage
 
     image = b"GIF89a" + os.urandom(400)
     handles = handles_on(None)

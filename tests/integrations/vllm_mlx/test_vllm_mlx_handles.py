@@ -1,4 +1,4 @@
-"""Image handles in serve-mlx (`visioncache.integrations.vllm_mlx.handles`), on the real server,
+"""Image handles in serve-mlx (`visioncache.integrations.handles`), on the real server,
 through the real ``openai`` client: upload once, then send only ``visioncache://<handle>``.
 
 Compared with stock vllm-mlx receiving the image on every turn (tokens and top-5 log-probs as both
@@ -215,7 +215,7 @@ def test_a_handle_hits_the_entries_of_the_same_image_sent_inline(servers: list[S
 def test_malformed_forged_and_other_tenant_handles_get_their_documented_answers(
     servers: list[ServerProcess],
 ) -> None:
-    from visioncache.integrations.vllm_mlx.handle_codec import HandleCodec
+    from visioncache.integrations.handles.handle_codec import HandleCodec
 
     _, ours = servers
     image = image_png(802)

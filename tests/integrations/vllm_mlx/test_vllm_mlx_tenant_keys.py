@@ -131,7 +131,7 @@ def test_purge_by_handle_removes_the_tenants_kept_bytes_and_features_from_the_di
 
     from visioncache import ContentDigest, VisionEmbeddingCache
     from visioncache.cli import main
-    from visioncache.integrations.vllm_mlx.handles import Handles
+    from visioncache.integrations.handles.handles import Handles
 
     tiers = TierSettings(disk_dir=str(tmp_path / "tier"), max_pending_write_bytes=0)
     image = b"\x89PNG image bytes of tenant a"

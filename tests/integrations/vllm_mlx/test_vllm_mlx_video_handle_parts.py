@@ -10,14 +10,14 @@ import pytest
 
 pytest.importorskip("cryptography", reason="handles need cryptography (pip install 'visioncache[vllm-mlx]')")
 
-from visioncache.integrations.vllm_mlx.handle_api import handle_urls, media_handles
-from visioncache.integrations.vllm_mlx.handle_codec import (
+from visioncache.integrations.handles import DigestedImage, Handles
+from visioncache.integrations.handles.handle_codec import (
     HandleCodec,
     HandleExpiredError,
     UnknownHandleError,
     WrongKindHandleError,
 )
-from visioncache.integrations.vllm_mlx.handles import DigestedImage, Handles
+from visioncache.integrations.vllm_mlx.handle_api import handle_urls, media_handles
 from visioncache.integrations.vllm_mlx.video_handles import inline_videos
 
 VIDEO = b"\x00\x00\x00\x18ftypisom" + bytes(range(200))  # an MP4's first box, then anything

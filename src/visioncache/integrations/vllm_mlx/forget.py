@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from visioncache import ContentDigest
-from visioncache.integrations.vllm_mlx.handle_codec import HANDLE_PREFIX
+from visioncache.integrations.handles import HANDLE_PREFIX
 from visioncache.integrations.vllm_mlx.host import ServerHost, tenant_handles
 from visioncache.integrations.vllm_mlx.kv_keys import image_run_ids
 

@@ -33,9 +33,16 @@ from contextlib import ExitStack
 from typing import Any
 
 from visioncache import ConfigurationError
+from visioncache.integrations.handles import (
+    HandleError,
+    MediaKind,
+    is_handle,
+    is_json_request,
+    read_body,
+    replay_body,
+)
 from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.forget import forget_image
-from visioncache.integrations.vllm_mlx.handle_codec import HandleError, MediaKind, is_handle
 from visioncache.integrations.vllm_mlx.host import ServerHost, tenant_handles
 from visioncache.integrations.vllm_mlx.uploads import UPLOAD_PATH, UploadError, read_upload, upload
 from visioncache.integrations.vllm_mlx.video_handles import (
@@ -162,12 +169,12 @@ class HandleMiddleware:
             scope["type"] != "http"
             or scope["method"] != "POST"
             or scope["path"] in (UPLOAD_PATH, VIDEO_UPLOAD_PATH)
-            or not _is_json(scope)  # multipart audio uploads and the like stream through untouched
+            or not is_json_request(scope)  # multipart audio uploads and the like stream through untouched
         ):
             await self.app(scope, receive, send)
             return
-        messages, body = await _read_body(receive)
-        replay = _replay(messages, receive)
+        messages, body = await read_body(receive)
+        replay = replay_body(messages, receive)
         found = media_handles(body)
         if not found:
             await self.app(scope, replay, send)
@@ -189,7 +196,7 @@ class HandleMiddleware:
                 await JSONResponse(error_body(error), status_code=error.status)(scope, replay, send)
                 return
             scope = _with_length(scope, len(body))
-            replay = _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
+            replay = replay_body([{"type": "http.request", "body": body, "more_body": False}], receive)
         urls = [url for url, kind in found if kind == "image"]
         engines = [installation.tenant_state(state, tenant).cache for state in installation.engines.values()]
         with ExitStack() as held:
@@ -207,12 +214,6 @@ def _with_length(scope: Any, length: int) -> Any:
     return {**scope, "headers": [*headers, (b"content-length", str(length).encode("ascii"))]}
 
 
-def _is_json(scope: Any) -> bool:
-    """A JSON body, as FastAPI reads one: a JSON content type, or none at all."""
-    content_type = dict(scope.get("headers") or []).get(b"content-type")
-    return content_type is None or b"json" in content_type.lower()
-
-
 async def _authorization_error(request: Any, verify: Any = None) -> Any:
     """The server's API-key check, as its routes run it (vllm-mlx's own, or ``verify``: the
     tenants' keys): None, or the response it gives."""
@@ -226,27 +227,3 @@ async def _authorization_error(request: Any, verify: Any = None) -> Any:
     except HTTPException as error:
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
     return None
-
-
-async def _read_body(receive: Any) -> tuple[list[Any], bytes]:
-    """Every ``http.request`` message of the body, and the body."""
-    messages, chunks = [], []
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return messages, b"".join(chunks)
-
-
-def _replay(messages: list[Any], receive: Any) -> Any:
-    """A ``receive`` that gives ``messages`` again, then defers to the real one (disconnects)."""
-    pending = list(messages)
-
-    async def replay() -> Any:
-        return pending.pop(0) if pending else await receive()
-
-    return replay

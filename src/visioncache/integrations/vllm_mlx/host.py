@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from visioncache.errors import ConfigurationError
-from visioncache.integrations.vllm_mlx.handles import Handles
+from visioncache.integrations.handles import Handles
 from visioncache.integrations.vllm_mlx.prefix_cache import ImageAwarePrefixCache
 from visioncache.integrations.vllm_mlx.step import EngineState
 

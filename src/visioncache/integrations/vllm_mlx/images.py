@@ -20,9 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from visioncache import ContentDigest, VisionCacheError, VisionEmbeddingCache
+from visioncache.integrations.handles import DigestedImage, Handles, KeptImage, is_handle
 from visioncache.integrations.vllm_mlx.compat import checked_module
-from visioncache.integrations.vllm_mlx.handle_codec import is_handle
-from visioncache.integrations.vllm_mlx.handles import DigestedImage, Handles, KeptImage
 
 __all__ = ["materialise", "resolve_images"]
 

@@ -50,10 +50,10 @@ from types import ModuleType
 from typing import Any
 
 from visioncache import ConfigurationError, forking
+from visioncache.integrations.handles import Handles
 from visioncache.integrations.mlx_vlm import Model, Processor
 from visioncache.integrations.mlx_vlm.families import Exactness, Family, check_family, family_for
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module, import_scheduler_module
-from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics, register_handle_metrics
 from visioncache.integrations.vllm_mlx.patches import (
     GENERATOR_METHODS,

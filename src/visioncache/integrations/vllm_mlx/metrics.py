@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
+from visioncache.integrations.handles import HandleStats
 from visioncache.integrations.vllm_mlx.compat import checked_module
-from visioncache.integrations.vllm_mlx.handles import HandleStats
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
 __all__ = ["EngineCollector", "register_engine_metrics", "register_handle_metrics"]

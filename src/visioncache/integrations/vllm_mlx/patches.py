@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from visioncache.integrations.handles import Handles
 from visioncache.integrations.mlx_vlm import Model, Processor
 from visioncache.integrations.vllm_mlx.compat import GENERATOR, SCHEDULER, patched
-from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.prefix_cache import select_request
 from visioncache.integrations.vllm_mlx.protocols import (
     GENERATOR_STATE,

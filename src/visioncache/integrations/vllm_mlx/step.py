@@ -18,9 +18,9 @@ from functools import partial
 from typing import Any
 
 from visioncache import ContentDigest, VisionEmbeddingCache
+from visioncache.integrations.handles import Handles
 from visioncache.integrations.mlx_vlm import Model, Processor, encode_entries, inputs_from_features
 from visioncache.integrations.mlx_vlm.families import Exactness, Family, Feed
-from visioncache.integrations.vllm_mlx.handles import Handles
 from visioncache.integrations.vllm_mlx.images import materialise, resolve_images
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, prefix_key
 from visioncache.integrations.vllm_mlx.protocols import BatchRequest

@@ -29,18 +29,20 @@ from typing import Any
 import pybase64
 
 from visioncache import ContentDigest
-from visioncache.integrations.vllm_mlx.compat import checked_module
-from visioncache.integrations.vllm_mlx.handle_codec import HANDLE_PREFIX, HandleExpiredError, is_handle
-from visioncache.integrations.vllm_mlx.handles import Handles
-from visioncache.integrations.vllm_mlx.host import ServerHost, tenant_handles
-from visioncache.integrations.vllm_mlx.uploads import (
+from visioncache.integrations.handles import (
+    HANDLE_PREFIX,
     MAX_BODY_BYTES,
     MAX_IMAGES,
+    HandleExpiredError,
+    Handles,
     UploadError,
-    _decode,
-    _digested,
-    _too_large,
+    decode,
+    is_handle,
+    too_large,
 )
+from visioncache.integrations.vllm_mlx.compat import checked_module
+from visioncache.integrations.vllm_mlx.host import ServerHost, tenant_handles
+from visioncache.integrations.vllm_mlx.uploads import _digested
 
 __all__ = ["VIDEO_UPLOAD_PATH", "forget_video", "inline_videos", "read_video_upload", "upload_videos"]
 
@@ -65,7 +67,7 @@ async def read_video_upload(request: Any) -> list[bytes]:
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_BODY_BYTES:
-            raise _too_large("the request body", len(body), MAX_BODY_BYTES)
+            raise too_large("the request body", len(body), MAX_BODY_BYTES)
     limit = _max_video_bytes()
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     videos = _json_upload(bytes(body), limit) if content_type == "application/json" else [bytes(body)]
@@ -73,7 +75,7 @@ async def read_video_upload(request: Any) -> list[bytes]:
         if not video:
             raise UploadError(f"video {index} is empty", code=_INVALID)
         if len(video) > limit:
-            raise _too_large(f"video {index}", len(video), limit)
+            raise too_large(f"video {index}", len(video), limit)
     return videos
 
 
@@ -88,7 +90,7 @@ def _json_upload(body: bytes, limit: int) -> list[bytes]:
     if not isinstance(texts, list) or not 0 < len(texts) <= MAX_IMAGES:
         raise UploadError(f'"videos" must be a list of 1 to {MAX_IMAGES} videos', code=_INVALID)
     try:
-        return [_decode(text, index, "video", limit) for index, text in enumerate(texts)]
+        return [decode(text, index, limit, "video") for index, text in enumerate(texts)]
     except UploadError as error:
         if error.status == 400:
             error.code = _INVALID

@@ -114,7 +114,7 @@ class HandleCodec:
     """Seals digests into handles and opens handles back into digests, for one tenant salt."""
 
     def __init__(self, salt: str | bytes | None) -> None:
-        with requires("vllm-mlx", "serve-mlx's image handles"):
+        with requires("handles", "image handles"):
             from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
         self._siv = AESSIV(_handle_key(salt))

@@ -26,7 +26,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 
 from visioncache import ContentDigest, VisionEmbeddingCache, forking
-from visioncache.integrations.vllm_mlx.handle_codec import (
+from visioncache.integrations.handles.handle_codec import (
     HandleCodec,
     HandleError,
     HandleExpiredError,
