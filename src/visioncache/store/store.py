@@ -117,7 +117,7 @@ class Store:
 
     def _find(self, key: str) -> Entry | None:
         """`find` without placing a spilled entry back (callers holding the lock use this)."""
-        entry = self._lru.get(key) or self._pinned.get(key) or self._device.get(key)
+        entry = self._device.get(key) or self._lru.get(key) or self._pinned.get(key)
         if entry is not None:
             touches = self._touches
             touches.append(key)
