@@ -103,22 +103,15 @@ class Store:
         return self.max_entries != 0
 
     # ---- lookups -------------------------------------------------------------------------------
-    def find(self, key: str) -> Entry | None:
+    def find(self, key: str, *, restore: bool = True) -> Entry | None:
         """The entry of ``key``, touched as recently used; counts nothing. Takes no lock (but to
-        place a spilled entry back on its device): a miss here may be a move between the dicts,
-        so callers that need certainty use `lookup` or `claim`."""
-        entry = self._find(key)
-        if entry is not None and entry.home is not None and entry.device is None:
-            return self._restore(key, entry)
-        return entry
-
-    def _stored(self, key: str) -> Entry | None:
-        return self._lru.get(key) or self._pinned.get(key) or self._device.get(key)
-
-    def _find(self, key: str) -> Entry | None:
-        """`find` without placing a spilled entry back (callers holding the lock use this)."""
-        entry = self._device.get(key) or self._lru.get(key) or self._pinned.get(key)
+        place a spilled entry back on its device, unless ``restore`` is false, as it must be
+        under the lock): a miss here may be a move between the dicts, so callers that need
+        certainty use `lookup` or `claim`."""
+        entry = self._lru.get(key) or self._device.get(key) or self._pinned.get(key)
         if entry is not None:
+            if restore and entry.home is not None and entry.device is None:
+                entry = self._restore(key, entry)
             touches = self._touches
             touches.append(key)
             # Non-blocking: a hit never waits for a writer (which applies the buffer itself), and
@@ -129,6 +122,9 @@ class Store:
                 finally:
                     self._lock.release()
         return entry
+
+    def _stored(self, key: str) -> Entry | None:
+        return self._lru.get(key) or self._pinned.get(key) or self._device.get(key)
 
     def _apply_touches(self) -> None:
         """Hand the buffered hits to the policy, oldest first (under the lock)."""
@@ -148,7 +144,7 @@ class Store:
         entry = self.find(key)
         if entry is None:
             with self._lock:
-                entry = self._find(key)
+                entry = self.find(key, restore=False)
             if entry is not None and entry.spilled:
                 entry = self._restore(key, entry)
         return entry
@@ -163,7 +159,7 @@ class Store:
         if entry is not None:
             return Claim(value=entry.value, cost=entry.cost)
         with self._lock:
-            entry = self._find(key)
+            entry = self.find(key, restore=False)
             if entry is None:
                 future = self._flights.get(key)
                 if future is not None:
