@@ -379,3 +379,13 @@ def test_an_entry_spilled_then_evicted_from_the_host_comes_back_from_the_tiers_o
     entries = check_books(store)
     assert not entries["a"].spilled and entries["a"].value is loaded and entries["c"].spilled
     assert store.stats().device_bytes == NBYTES
+
+
+def test_the_constructor_and_from_env_set_the_embedding_device_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [name for name in os.environ if name.startswith("VISIONCACHE_")]:
+        monkeypatch.delenv(name)
+    cache = VisionEmbeddingCache.from_env(max_embedding_device_bytes="1GiB")
+    assert cache._levels["embedding"].store.device_budget == 2**30
+    assert VisionEmbeddingCache(max_embedding_device_bytes=None)._levels["embedding"].store._budget is None
