@@ -8,8 +8,9 @@ distinct 1024x768 JPEG images, measures per image:
 - hit, host: visioncache identity + lookup + copy of the cached embedding to the device (pinned
   host memory, non-blocking, synchronised) -- the embeddings live in host RAM;
 - hit, device: identity + lookup of embeddings that already live on the device: a cache with
-  default settings keeps a model's outputs where the model computed them (asserted), so on a GPU
-  this is the hit a served model gets.
+  default settings keeps a model's outputs where the model computed them, within its device budget
+  (a hit returns the tensor itself, and on a GPU every byte is on the device with no spill:
+  asserted), so on a GPU this is the hit a served model gets.
 
 It prints (preprocess + encode) / hit and encode / hit, and the bytes per cached image. Runs on a
 GPU (default: the 2B-class tower, bf16) and on CPU (default: a tiny tower, so CI exercises it).
@@ -140,10 +141,14 @@ def measure_count(
     host = [e.to("cpu").pin_memory() if device.type == "cuda" else e.cpu() for e in embeddings]
     host_cache = VisionEmbeddingCache(max_embedding_bytes=None, tiers=None)
     host_cache.set_image_embeddings(jpegs, host)
-    # Default settings, as a model on the GPU gets them: its outputs stay where they were computed.
+    # Default settings, as a model on the GPU gets them: its outputs stay where they were computed,
+    # within the embedding level's device budget (a quarter of the free device memory).
     device_cache = VisionEmbeddingCache()
     device_cache.set_image_embeddings(jpegs, list(embeddings))
-    assert all(value.device == embeddings[0].device for value in device_cache.get_image_embeddings(jpegs))
+    stored = device_cache.get_image_embeddings(jpegs)
+    assert all(value.device == embeddings[0].device for value in stored)
+    again = device_cache.get_image_embeddings(jpegs)
+    assert all(a is b for a, b in zip(again, stored, strict=True))  # a hit copies nothing
 
     def hit_host() -> list[torch.Tensor]:
         return [value.to(device, non_blocking=True) for value in host_cache.get_image_embeddings(jpegs)]
@@ -154,10 +159,16 @@ def measure_count(
     calls = {"preprocess": preprocess, "encode": encode, "hit_host": hit_host, "hit_device": hit_device}
     times = {name: median_seconds(call, repeats, synchronize) / count for name, call in calls.items()}
     assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(hit_host(), embeddings, strict=True))
+    level = device_cache.snapshot().levels["embedding"]
+    if device.type == "cuda":  # every hit was the tensor itself: nothing spilled, all on the device
+        assert (level.device_bytes, level.spills) == (level.bytes, 0), level
     work = times["preprocess"] + times["encode"]
     return {
         **{f"{name}_ms_per_image": seconds * 1e3 for name, seconds in times.items()},
         "bytes_per_image": sum(e.nbytes for e in embeddings) // count,
+        "device_cache_device_bytes": level.device_bytes,
+        "device_cache_host_bytes": level.host_bytes,
+        "device_cache_spills": level.spills,
         "jpeg_bytes_per_image": sum(map(len, jpegs)) // count,
         "tokens_per_image": embeddings[0].shape[0],
         "ratio_preprocess_plus_encode_over_hit_host": work / times["hit_host"],
@@ -209,6 +220,11 @@ def print_report(results: dict[str, Any], command: str) -> None:
     for row in rows:
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
     print("per image; medians; target (pre+enc)/hit >= 200x")
+    for count, row in results["counts"].items():
+        print(
+            f"default cache, {count} images: {row['device_cache_device_bytes'] / 1e6:.2f} MB on the device, "
+            f"{row['device_cache_host_bytes'] / 1e6:.2f} MB on the host, {row['device_cache_spills']} spills"
+        )
 
 
 def main() -> int:

@@ -20,7 +20,9 @@ class FakeCache:
     def __init__(self) -> None:
         levels = dict.fromkeys(LEVELS, StoreStats())
         levels["pixel"] = StoreStats(hits=3, misses=1, entries=2, bytes=4096, evictions=5, rejections=1)
-        levels["embedding"] = StoreStats(hits=7, time_saved=1.5, singleflight_waits=2, computed=4)
+        levels["embedding"] = StoreStats(
+            hits=7, time_saved=1.5, singleflight_waits=2, computed=4, device_bytes=640, spills=6, restores=2
+        )
         tiers = ChainStats(
             tiers=(
                 TierStats(name="disk", hits=4, misses=2, corrupt=1, bytes=99, entries=3),
@@ -48,6 +50,9 @@ def test_scrape_shows_the_cache_stats() -> None:
     assert sample("visioncache_cache_singleflight_waits_total", {"level": "embedding"}) == 2
     assert sample("visioncache_cache_computed_total", {"level": "embedding"}) == 4
     assert sample("visioncache_time_saved_seconds_total", {"level": "embedding"}) == 1.5
+    assert sample("visioncache_cache_device_bytes", {"level": "embedding"}) == 640
+    assert sample("visioncache_cache_spills_total", {"level": "embedding"}) == 6
+    assert sample("visioncache_cache_restores_total", {"level": "embedding"}) == 2
     assert sample("visioncache_cache_hits_total", {"level": "encoding"}) == 0
     assert sample("visioncache_tier_corrupt_total", {"tier": "disk"}) == 1
     assert sample("visioncache_tier_errors_total", {"tier": "redis"}) == 3

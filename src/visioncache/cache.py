@@ -33,6 +33,7 @@ from visioncache.identity.keys import DEFAULT_NAMESPACE, ImageKeys, KeyBuilder, 
 from visioncache.level import Level, as_results
 from visioncache.reference_levels import ReferenceLevels, forward_to
 from visioncache.stats import CacheStats, VisionCacheStats
+from visioncache.store.device import AUTO, parse_device_budget
 from visioncache.store.store import Store
 from visioncache.tiers.base import Tier
 from visioncache.tiers.chain import TierChain
@@ -72,6 +73,14 @@ class VisionEmbeddingCache:
             (GreedyDual-Size) instead of recency.
         embedding_device: where embeddings read from a tier are placed (e.g. ``"cuda:0"``);
             default: the device of the last locally computed embedding, else the CPU.
+        max_embedding_device_bytes: the embedding level's budget on an accelerator (torch CUDA,
+            MPS, XPU), apart from ``max_embedding_bytes``, which then bounds host memory only.
+            Embeddings stay on the device they were computed on (a hit returns that tensor, no
+            copy); past the budget the least-recently-used ones are spilled to host memory, and
+            placed back on the device at their next hit. ``"auto"`` (default): 25% of the
+            device's free memory at the first embedding stored there; ``"N%"`` of it; a byte
+            size (``0``: keep every embedding on the host); None: no device budget (every byte
+            counts against ``max_embedding_bytes`` wherever it lives).
         tiers: shared tiers below memory: None (the default: memory only), a `TierChain`,
             `TierSettings`, a list of tiers, or ``"env"`` to build them from ``VISIONCACHE_*``
             (see `from_env`).
@@ -92,6 +101,7 @@ class VisionEmbeddingCache:
         max_image_bytes: int | str = DEFAULT_MAX_IMAGE_BYTES,
         policy: str = "lru",
         embedding_device: Any = None,
+        max_embedding_device_bytes: int | str | None = AUTO,
         tiers: TierChain | TierSettings | Sequence[Tier] | str | None = None,
     ):
         pixel_entries = _check_entries("max_pixel_entries", max_pixel_entries)
@@ -101,6 +111,7 @@ class VisionEmbeddingCache:
         image_bytes = parse_byte_size(max_image_bytes, name="max_image_bytes")
         encoding_bytes = parse_byte_size(max_encoding_bytes, name="max_encoding_bytes")
         embedding_bytes = parse_byte_size(max_embedding_bytes, name="max_embedding_bytes")
+        parse_device_budget(max_embedding_device_bytes, name="max_embedding_device_bytes")
         builder = KeyBuilder(namespace, salt)
         self._keys = ImageKeys(
             builder, ImageHasher(DEFAULT_MAX_IMAGE_BYTES if image_bytes is None else image_bytes)
@@ -114,7 +125,12 @@ class VisionEmbeddingCache:
             "encoding": Level("encoding", Store(encoding_entries, encoding_bytes, policy=policy), chain),
             "embedding": Level(
                 "embedding",
-                Store(embedding_entries, embedding_bytes, policy=policy),
+                Store(
+                    embedding_entries,
+                    embedding_bytes,
+                    policy=policy,
+                    device_bytes=max_embedding_device_bytes,
+                ),
                 chain,
                 device=embedding_device,
             ),

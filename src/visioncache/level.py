@@ -12,7 +12,8 @@ This module is the one owner of the memory → tier policy (docs/design.md, prin
   are waited for. Every owned claim is fulfilled or abandoned, whatever fails;
 - **placement**: a value read from a tier is moved to the level's device (``device=`` if given,
   else the device of the last value computed here, else left on the CPU), so where a value lives
-  does not depend on where it came from. Its bytes are counted once;
+  does not depend on where it came from. Its bytes are counted once, against the store's device
+  budget while it lives on an accelerator (spilled to the host past it), else the host budget;
 - **evaluated before shared**: a value computed or loaded here is evaluated on this thread
   (lazy mlx arrays) before memory, a waiting thread or the tier writer gets it, since MLX runs
   pending work only on the thread that holds its stream;
@@ -99,7 +100,9 @@ class Level:
         loaded = self._read_tiers(keys)
         for key, entry in zip(keys, loaded, strict=True):
             if entry is not None:
-                self.store.put(key, entry[0].value, cost=entry[1], nbytes=entry[0].nbytes)
+                self.store.put(
+                    key, entry[0].value, cost=entry[1], nbytes=entry[0].nbytes, device=entry[0].device
+                )
         return [None if entry is None else (entry[0].value, entry[1]) for entry in loaded]
 
     def _read_tiers(self, keys: list[str]) -> list[tuple[Prepared, float] | None]:
@@ -118,7 +121,9 @@ class Level:
         if not self.store.enabled:
             return PutResult.DISABLED
         prepared = _prepared(value)
-        result = self.store.put(key, prepared.value, cost=cost, nbytes=prepared.nbytes)
+        result = self.store.put(
+            key, prepared.value, cost=cost, nbytes=prepared.nbytes, device=prepared.device
+        )
         if result is not PutResult.DISABLED and self.tiers is not None:
             self.tiers.save_entry(key, prepared.value, cost, nbytes=prepared.nbytes)
         return result
@@ -181,7 +186,9 @@ class Level:
             computed = []
             for key, loaded in zip(owned, self._read_tiers(owned), strict=True):
                 if loaded is not None and (validate is None or validate(first_index[key], loaded[0].value)):
-                    values[key] = store.fulfil(key, loaded[0].value, loaded[1], nbytes=loaded[0].nbytes)
+                    values[key] = store.fulfil(
+                        key, loaded[0].value, loaded[1], nbytes=loaded[0].nbytes, device=loaded[0].device
+                    )
                     hits += occurrences[key]
                     time_saved += loaded[1] * occurrences[key]
                 else:
@@ -226,7 +233,9 @@ class Level:
                     prepared = _prepared(value, what=what)
                     if not fulfilled:
                         self._produced_on = prepared.device
-                    values[key] = self.store.fulfil(key, prepared.value, cost, nbytes=prepared.nbytes)
+                    values[key] = self.store.fulfil(
+                        key, prepared.value, cost, nbytes=prepared.nbytes, device=prepared.device
+                    )
                     sizes.append(prepared.nbytes)
                 fulfilled += 1
         except BaseException as error:

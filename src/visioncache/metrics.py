@@ -46,6 +46,9 @@ _LEVEL_METRICS: tuple[_Spec[StoreStats], ...] = (
     ("time_saved_seconds", "Seconds of recorded work hits avoided", "counter", lambda s: s.time_saved),
     ("cache_entries", "Entries held", "gauge", lambda s: s.entries),
     ("cache_bytes", "Bytes held (sum of array nbytes)", "gauge", lambda s: s.bytes),
+    ("cache_device_bytes", "Of the bytes held, those on an accelerator", "gauge", lambda s: s.device_bytes),
+    ("cache_spills", "Device entries copied to the host", "counter", lambda s: s.spills),
+    ("cache_restores", "Spilled entries placed back on device", "counter", lambda s: s.restores),
 )
 _TIER_METRICS: tuple[_Spec[TierStats], ...] = (
     ("tier_hits", "Shared-tier lookups answered", "counter", lambda t: t.hits),

@@ -115,7 +115,7 @@ def test_prefill_percentiles_and_json_report() -> None:
                 "pixel": StoreStats(bytes=10),
                 "pixel_only": StoreStats(),
                 "encoding": StoreStats(),
-                "embedding": StoreStats(hits=3, misses=1, bytes=5),
+                "embedding": StoreStats(hits=3, misses=1, bytes=5, device_bytes=4, spills=2),
             }
         ),
     )
@@ -126,6 +126,7 @@ def test_prefill_percentiles_and_json_report() -> None:
     fields = report["modes"]["visioncache"]
     assert {"wall_s", "preprocess_s", "encode_s", "images_encoded", "requests"} <= set(fields)
     assert (fields["embedding_hit_rate"], fields["requests"], fields["bytes_cached"]) == (0.75, 20, 15)
+    assert (fields["device_bytes_cached"], fields["spills"]) == (4, 2)
     assert report["max_abs_logit_diff"] == 0.0 and report["outputs_match"]
 
 

@@ -60,6 +60,17 @@ class ModeResult:
     def bytes_cached(self) -> int:
         return sum(level.bytes for level in self.stats.levels.values()) if self.stats is not None else 0
 
+    @property
+    def device_bytes_cached(self) -> int:
+        """Of `bytes_cached`, held on an accelerator (where the hits need no copy)."""
+        levels = self.stats.levels.values() if self.stats is not None else ()
+        return sum(level.device_bytes for level in levels)
+
+    @property
+    def spills(self) -> int:
+        """Device entries copied to the host when the device budget was full."""
+        return sum(level.spills for level in self.stats.levels.values()) if self.stats is not None else 0
+
     def prefill_percentile(self, percent: int) -> float:
         if len(self.prefill_s) < 2:
             return self.prefill_s[0] if self.prefill_s else 0.0
@@ -89,6 +100,8 @@ class ModeResult:
             "pixel_only_hit_rate": self.hit_rate("pixel_only"),
             "embedding_hit_rate": self.hit_rate("embedding"),
             "bytes_cached": self.bytes_cached,
+            "device_bytes_cached": self.device_bytes_cached,
+            "spills": self.spills,
             "prefill_p50_s": self.prefill_percentile(50),
             "prefill_p95_s": self.prefill_percentile(95),
             "seconds_per_repeated_image": self.seconds_per_repeated_image(repeated_only),
@@ -176,6 +189,7 @@ def format_table(results: list[ModeResult], repeated_only: list[bool]) -> list[l
         ("pixel hit rate", lambda r: f"{max(r.hit_rate('pixel'), r.hit_rate('pixel_only')):.0%}"),
         ("embedding hit rate", lambda r: f"{r.hit_rate('embedding'):.0%}"),
         ("bytes cached", lambda r: _fmt_bytes(r.bytes_cached)),
+        ("  on the device", lambda r: f"{_fmt_bytes(r.device_bytes_cached)}, {r.spills} spills"),
         ("prefill p50", lambda r: format_seconds(r.prefill_percentile(50))),
         ("prefill p95", lambda r: format_seconds(r.prefill_percentile(95))),
         ("per repeated image", lambda r: format_seconds(r.seconds_per_repeated_image(repeated_only))),

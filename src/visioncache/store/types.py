@@ -26,6 +26,13 @@ class Entry:
     cost: float
     priority: float = 0.0  # the eviction policy's, if it keeps one
     ticket: int = 0  # the eviction policy's: which of its records is this entry's current one
+    device: Any = None  # the accelerator ``value`` lives on now, None for host memory
+    home: Any = None  # the accelerator it was stored from: spilled while ``device`` is None
+
+    @property
+    def spilled(self) -> bool:
+        """Copied to the host when the device budget was full; placed back at its next hit."""
+        return self.home is not None and self.device is None
 
 
 @dataclass(slots=True)
@@ -53,7 +60,11 @@ class StoreStats:
     singleflight_waits: int = 0
     validation_failures: int = 0
     computed: int = 0
+    spills: int = 0  # device entries copied to the host to make room on the device
+    restores: int = 0  # spilled entries placed back on their device by a hit
     time_saved: float = 0.0  # seconds of recorded work that hits avoided
     entries: int = 0
     bytes: int = 0
     pinned: int = 0
+    device_bytes: int = 0  # of ``bytes``, held on an accelerator (the device budget's)
+    host_bytes: int = 0  # of ``bytes``, held in host memory (the host budget's)
