@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.integrations.vllm_mlx.chat import Conversation, client_for, image_url
-from tests.integrations.vllm_mlx.test_vllm_mlx_server import Recording, engine_stats
+from tests.integrations.vllm_mlx.test_vllm_mlx_server import Recording, engine_stats, scrape
 from tests.support.vllm_mlx_server import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,13 @@ QUESTIONS = ("describe the image", "compare it with this one", "and with this on
 def one_entry_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A visioncache server whose memory holds the features of one image only: the history's
     other images are gone from it by the next turn."""
-    flags = ("--vision-cache-max-embedding-entries", "1", "--vision-cache-max-pixel-entries", "1")
+    flags = (
+        "--vision-cache-max-embedding-entries",
+        "1",
+        "--vision-cache-max-pixel-entries",
+        "1",
+        "--enable-metrics",
+    )
     with ServerProcess("visioncache", model_dir, tmp_path_factory.mktemp("one-entry"), *flags) as server:
         yield server
 
@@ -54,3 +60,5 @@ def test_regression_an_image_whose_kv_is_reused_is_not_tower_encoded_again(
     assert stats["kv_covered_images_not_encoded"] == 1 + 2  # turn 2: image 1; turn 3: images 1, 2
     assert stats["kv_covered_images_encoded_late"] == 0
     assert stats["kv_prefix_hits"] == 2 and stats["images_encoded"] == 3
+    metrics = scrape(one_entry_server)
+    assert metrics["visioncache_vllm_mlx_kv_covered_images_not_encoded_total", ""] == 3
