@@ -188,8 +188,8 @@ def prepare_step(
         return
     state.stats.scheduler_steps += 1
     skips = [
-        _covered(state, request.prompt, images, digests, probe) if kv_reuse and probe is not None else {}
-        for request, images, digests in pending
+        _covered(state, request.prompt, digests, probe) if kv_reuse and probe is not None else set()
+        for request, _, digests in pending
     ]
     encoded = _encode(
         state,
@@ -206,50 +206,58 @@ def prepare_step(
             _set_inputs(state, request, values, digests if kv_reuse else None)
             prepared = getattr(request, STATE_ATTRIBUTE)
             if skip:
-                prepared.stood_in = StoodIn(
-                    state, {index: (images[index], end) for index, end in skip.items()}, values
-                )
+                token_ids = request.input_ids.reshape(-1).tolist()
+                prepared.stood_in = _stood_in(state, token_ids, values, images, skip)
         except Exception as error:
             _fail(state, request, error)
 
 
 def _covered(
-    state: EngineState,
-    prompt: str,
-    images: list[Any],
-    digests: list[bytes],
-    probe: Callable[[PrefixKey], int],
-) -> dict[int, int]:
-    """The images stored KV covers (`covered_images`), each with where its tokens end.
+    state: EngineState, prompt: str, digests: list[bytes], probe: Callable[[PrefixKey], int]
+) -> set[int]:
+    """The images stored KV covers (`covered_images`): the engine has seen them (their layouts
+    are remembered) and their tokens lie inside the prefix a stored key shares with the prompt's.
 
-    The prompt's key needs every image's layout: remembered for the images the engine has seen,
-    preprocessed (through the pixel-only level, which the encoder then reads) for the others; {}
-    where the family takes no stand-ins, no layout is known (nothing could be covered) or an
-    unknown one is a handle's (its bytes are read only to encode it).
+    Only the prompt's text before its first image of unknown layout is keyed (placeholders are
+    special tokens: what precedes one tokenises alike whatever follows), so nothing is
+    preprocessed here; where the tokens stood in end is read from the full prompt later
+    (`_stood_in`). Empty where the family takes no stand-ins.
     """
     family = state.family
-    known = [state.layouts.get(digest) for digest in digests]
-    unknown = [index for index, layout in enumerate(known) if layout is None]
-    if not family.layout_fields or len(unknown) == len(known):
-        return {}
-    if any(isinstance(images[index], ContentDigest) for index in unknown):
-        return {}
+    layouts = []
+    for digest in digests:
+        layout = state.layouts.get(digest)
+        if layout is None:
+            break
+        layouts.append(layout)
+    if not family.layout_fields or not layouts:
+        return set()
+    pieces = prompt.split(family.placeholder(state.processor))
     try:
-        entries = iter(_pixel_entries(state, [images[index] for index in unknown]) if unknown else [])
-        layouts = [layout if layout is not None else family.pixel_layout(next(entries)) for layout in known]
         counts = [family.token_count(state.model, layout) for layout in layouts]
-        key = _key(state, layouts, counts, digests, prompt)
+        head = family.placeholder(state.processor).join(pieces[: len(layouts) + 1])
+        key = _key(state, layouts, counts, digests[: len(layouts)], head)
     except Exception:  # the request's own preparation reports its error
-        return {}
-    image_token = family.image_token_id(state.model)
-    covered = covered_images(key.token_ids, image_token, counts, probe(key))
-    positions = [index for index, token in enumerate(key.token_ids) if token == image_token]
-    ends = list(itertools.accumulate(counts))
-    return {index: positions[ends[index] - 1] + 1 for index in covered}
+        return set()
+    return set(covered_images(key.token_ids, family.image_token_id(state.model), counts, probe(key)))
+
+
+def _stood_in(
+    state: EngineState,
+    token_ids: Sequence[int],
+    values: list[dict[str, Any]],
+    images: list[Any],
+    skip: set[int],
+) -> StoodIn:
+    """The stood-in images of a prepared prompt, each with where its tokens end in ``token_ids``."""
+    image_token = state.family.image_token_id(state.model)
+    positions = [index for index, token in enumerate(token_ids) if token == image_token]
+    ends = list(itertools.accumulate(int(value["image_features"].shape[0]) for value in values))
+    return StoodIn(state, {index: (images[index], positions[ends[index] - 1] + 1) for index in skip}, values)
 
 
 def _with_stand_ins(
-    state: EngineState, found: list[dict[str, Any]], skip: dict[int, int], digests: list[bytes]
+    state: EngineState, found: list[dict[str, Any]], skip: set[int], digests: list[bytes]
 ) -> list[dict[str, Any]]:
     """Every image's value in order: stand-ins for ``skip``, the encoded or cached ones between
     (whose layouts are remembered)."""
