@@ -7,7 +7,8 @@ missing from it (deduplicated across requests) are decoded, preprocessed and enc
 call; each request then gets its token ids, grids and features (mlx-vlm's ``cached_image_features``),
 and vllm-mlx's own forward runs without the tower. A request whose input is bad gets its own error
 (raised where vllm-mlx raises preprocessing errors, so the client gets the engine's usual error
-response); the other requests of the step are unaffected.
+response); the other requests of the step are unaffected. Images whose tokens stored KV already
+holds are neither looked up nor encoded (`covered`).
 """
 
 from __future__ import annotations
