@@ -166,3 +166,77 @@ def test_the_stored_length_is_read_from_vllm_mlx_memory_aware_prefix_cache() -> 
     select_request(PrefixKey(tuple(tokens), tuple(tokens), lambda *hit: seen.append(hit) or True))
     kv, remaining = cache.fetch(tokens)
     assert kv is not None and remaining == tokens[130:] and seen == [(130, 130)]
+
+
+def test_covered_reads_the_longest_shared_prefix_without_touching_the_stored_entries() -> None:
+    """The probe that decides which images are not encoded (`ImageAwarePrefixCache.covered`):
+    the longest prefix any stored key shares with the prompt's, and no LRU move or counter."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+    from vllm_mlx.memory_cache import MemoryAwarePrefixCache, MemoryCacheConfig
+
+    inner = MemoryAwarePrefixCache(model=None, config=MemoryCacheConfig(max_memory_mb=64))
+    cache = ImageAwarePrefixCache(inner, EngineStats())
+    stored = prefix_key([*TOKENS, *range(20, 140)], PAD, [(A, 4), (B, 2)], namespace="ns", salt=None)
+    layer = KVCache()
+    layer.update_and_fetch(mx.zeros((1, 1, 135, 4)), mx.zeros((1, 1, 135, 4)))
+    select_request(stored)
+    assert cache.store(list(stored.token_ids), [layer])
+    hits = inner.get_stats()["hits"]
+    longer = prefix_key([*TOKENS, *range(20, 150)], PAD, [(A, 4), (B, 2)], namespace="ns", salt=None)
+    other_image = prefix_key(
+        [*TOKENS, *range(20, 150)], PAD, [(A, 4), (b"c" * 32, 2)], namespace="ns", salt=None
+    )
+    assert cache.covered(longer) == len(stored.key)
+    assert cache.covered(other_image) == 11  # up to the other image's first placeholder
+    assert ImageAwarePrefixCache(FakePrefixCache(), EngineStats()).covered(longer) == 0  # no index: none
+    assert inner.get_stats()["hits"] == hits
+
+
+def test_covered_images_are_those_whose_tokens_all_precede_the_last_reused_token() -> None:
+    from visioncache.integrations.vllm_mlx.covered import covered_images
+
+    # images of 4 tokens (positions 4-7) and 2 tokens (positions 11-12)
+    assert covered_images(TOKENS, PAD, [4, 2], 0) == []
+    assert covered_images(TOKENS, PAD, [4, 2], 8) == []  # an exact hit re-runs token 7
+    assert covered_images(TOKENS, PAD, [4, 2], 9) == [0]
+    assert covered_images(TOKENS, PAD, [4, 2], 12) == [0]  # image 2 only partly reused
+    assert covered_images(TOKENS, PAD, [4, 2], 14) == [0, 1]
+
+
+def test_a_prefill_reaching_a_stood_in_image_encodes_it_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact by construction: whatever the engine's fetch reuses in the end (a refused hit, an
+    entry evicted after the probe), no stand-in's zero rows reach the model."""
+    from visioncache.integrations.vllm_mlx import step
+
+    encoded: list[list[str]] = []
+
+    def encode_now(state: Any, images: list[str]) -> list[dict[str, Any]]:
+        encoded.append(images)
+        return [{"image_features": f"features of {image}"} for image in images]
+
+    class Family:
+        def hook_inputs(self, model: Any, values: list[dict[str, Any]]) -> dict[str, Any]:
+            return {"features": [value["image_features"] for value in values]}
+
+        def feed(self, model: Any, input_ids: Any, hook: dict[str, Any]) -> Any:
+            return dict(hook)
+
+    class Ids:
+        ndim = 2
+
+    monkeypatch.setattr(step, "encode_now", encode_now)
+    state = step.EngineState.__new__(step.EngineState)
+    state.stats = EngineStats()
+    values = [{"image_features": "zeros"}, {"image_features": "zeros"}, {"image_features": "real c"}]
+    prepared = step.PreparedRequest(
+        model=None,
+        family=Family(),  # type: ignore[arg-type]
+        prefix_key=None,
+        hook={"pixel_values": None, **Family().hook_inputs(None, values)},
+        stood_in=step.StoodIn(state, {0: ("a", 8), 1: ("b", 13)}, values),
+    )
+    assert prepared.feed(Ids(), 13)["features"] == ["zeros", "zeros", "real c"]  # a tail after both
+    assert prepared.feed(Ids(), 9)["features"] == ["zeros", "features of b", "real c"]
+    assert prepared.feed(Ids(), 0)["features"] == ["features of a", "features of b", "real c"]
+    assert encoded == [["b"], ["a"]] and state.stats.kv_covered_images_encoded_late == 2

@@ -29,6 +29,8 @@ _HELP = {
     "kv_prefix_misses": "Image requests that found no cached KV",
     "kv_prefix_refused": "Image requests whose cached KV was not used (its tail cannot be prefilled exactly)",
     "kv_tokens_reused": "Prompt tokens whose KV was reused instead of computed",
+    "kv_covered_images_not_encoded": "Images a reused KV prefix held: neither looked up nor encoded",
+    "kv_covered_images_encoded_late": "Of those, encoded after all (the engine reused less than probed)",
 }
 _HANDLE_HELP = {
     "handles_issued": "Images uploaded for a handle",

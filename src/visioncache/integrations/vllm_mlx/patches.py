@@ -94,8 +94,9 @@ def generator_replacements(installation: Host) -> dict[str, Any]:
         step = list(requests)  # vllm-mlx removes failed requests from `requests`
         chunked = hasattr(self, "_chunked_prefill_budget")  # its prefill path keys by token ids only
         kv_reuse = state.kv_reuse and self.prefix_cache is not None and not chunked
+        probe = getattr(self.prefix_cache, "covered", None) if kv_reuse else None
         for tenant, group in installation.by_tenant(step).items():  # each tenant its own keys
-            prepare_step(installation.tenant_state(state, tenant), group, kv_reuse=kv_reuse)
+            prepare_step(installation.tenant_state(state, tenant), group, kv_reuse=kv_reuse, probe=probe)
         try:
             return process(self, requests)
         finally:
@@ -127,7 +128,7 @@ def generator_replacements(installation: Host) -> dict[str, Any]:
         kwargs: dict[str, Any] = stock_kwargs(request, position_start, position_end)
         prepared = _prepared(request)
         if prepared is not None and prepared.hook is not None and position_end is not None:
-            feed = prepared.feed(_batch_ids(request.input_ids))
+            feed = prepared.feed(_batch_ids(request.input_ids), position_start or 0)
             kwargs.update(prepared.family.window(feed, position_start or 0, position_end))
         return kwargs
 

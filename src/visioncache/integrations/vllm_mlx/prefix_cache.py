@@ -11,6 +11,7 @@ it is answered as a miss, so a wrong request can never be served another's KV.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,6 +88,27 @@ class ImageAwarePrefixCache:
         else:
             self._stats.kv_prefix_misses += 1
         return cache, list(tokens[len(tokens) - len(remaining) :])
+
+    def covered(self, prefix_key: PrefixKey) -> int:
+        """How many of ``prefix_key``'s first tokens a stored entry shares, without touching the
+        wrapped cache (no LRU move, no counter): its longest common prefix with the stored keys,
+        which one of its two neighbours in vllm-mlx's sorted key index has. 0 where the wrapped
+        cache keeps no such index. An estimate for `covered` images only: the engine's own
+        fetch decides what is reused."""
+        keys = getattr(self._inner, "_sorted_keys", None)
+        if not isinstance(keys, list) or not keys:
+            return 0
+        key = tuple(prefix_key.key)
+        index = bisect.bisect_left(keys, key)
+        best = 0
+        for neighbour in keys[max(index - 1, 0) : index + 1]:
+            shared = 0
+            for mine, theirs in zip(key, neighbour, strict=False):
+                if mine != theirs:
+                    break
+                shared += 1
+            best = max(best, shared)
+        return best
 
     def _stored(self) -> int | None:
         """The length of the stored entry the last fetch matched (MemoryAwarePrefixCache keeps

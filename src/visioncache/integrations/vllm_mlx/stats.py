@@ -24,6 +24,8 @@ class EngineStats:
     kv_prefix_misses: int = 0
     kv_prefix_refused: int = 0  # hits not used: the family cannot prefill their tail exactly
     kv_tokens_reused: int = 0  # prompt tokens whose KV was reused instead of computed
+    kv_covered_images_not_encoded: int = 0  # images whose reused KV covered them: no lookup, no tower
+    kv_covered_images_encoded_late: int = 0  # of those, encoded after all (the engine reused less)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -73,6 +73,10 @@ class Family(ABC):
     name: ClassVar[str]  # the family, as docs and errors name it
     model_types: ClassVar[frozenset[str]]  # mlx-vlm model types (config.json's model_type)
     processor_classes: ClassVar[frozenset[str]]  # mlx-vlm processor class names
+    # A value's fields that fix its layout (its token count and positions). Set where `window`
+    # reads an image's value for that image's own positions only, so a prompt whose reused KV
+    # covers an image may be fed a stand-in of that layout with zero features (vllm_mlx.covered).
+    layout_fields: ClassVar[frozenset[str]] = frozenset()
     positions: ClassVar[str]  # its position scheme, e.g. "M-RoPE" or "1-D RoPE"
 
     # ---- 1. one image ------------------------------------------------------------------------

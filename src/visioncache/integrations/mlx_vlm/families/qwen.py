@@ -39,6 +39,7 @@ class Qwen2VL(Family):
     model_types: ClassVar[frozenset[str]] = frozenset({"qwen2_vl", "qwen2_5_vl"})
     processor_classes: ClassVar[frozenset[str]] = frozenset({"Qwen2VLProcessor", "Qwen2_5_VLProcessor"})
     positions = "M-RoPE (t, h, w per image token)"
+    layout_fields: ClassVar[frozenset[str]] = frozenset({"image_grid_thw"})
 
     # ---- one image ---------------------------------------------------------------------------
     @override
