@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.integrations.vllm_ec.tiny_gemma3 import save_tiny_gemma3
+from tests.integrations.vllm_ec.tiny_gemma4 import save_tiny_gemma4
 from tests.integrations.vllm_ec.tiny_model import save_tiny_qwen2_vl
 from tests.integrations.vllm_ec.tiny_qwen import save_tiny_qwen2_5_vl, save_tiny_qwen3_vl
 from tests.integrations.vllm_ec.tiny_tiled import (
@@ -82,5 +83,11 @@ FAMILIES = (
         "1-12 dynamic 448-px tiles and a thumbnail, 256 embeddings each",
         max_model_len=16384,
         budget=16384,
+    ),
+    Family(
+        "gemma4",
+        save_tiny_gemma4,
+        f"{_MODELS}.gemma4_mm:Gemma4ForConditionalGeneration",
+        "up to 280 soft tokens by the image's aspect (16-px patches pooled 3x3), between markers",
     ),
 )

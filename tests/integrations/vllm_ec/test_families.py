@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,8 @@ def test_stored_outputs_have_the_familys_shape(runs: dict[str, Any]) -> None:
 def _image_tokens(model: Path) -> list[int]:
     """Image tokens the checkpoint's processor writes for each image a family run sends, sorted."""
     processor = AutoProcessor.from_pretrained(model)
+    config = json.loads((model / "config.json").read_text())
+    image_token = config.get("image_token_id", config.get("image_token_index"))
     counts = []
     for seed in (*range(FAMILY.first_seed, FAMILY.first_seed + FAMILY.distinct), WARM_UP_SEED):
         encoded = base64.b64decode(image_data_url(seed).partition(",")[2])
@@ -107,7 +110,7 @@ def _image_tokens(model: Path) -> list[int]:
         message = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "describe"}]}
         text = processor.apply_chat_template([message], add_generation_prompt=True, tokenize=False)
         ids = processor(text=text, images=[image], return_tensors="pt")["input_ids"]
-        counts.append(int((ids == processor.image_token_id).sum()))
+        counts.append(int((ids == image_token).sum()))
     return sorted(counts)
 
 
