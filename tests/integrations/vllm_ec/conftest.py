@@ -71,11 +71,13 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 EngineRunner = Callable[..., dict[str, Any]]
 
 
-def engine_runner(model: Path, runs: Path, encoder_model: str | None = None) -> EngineRunner:
+def engine_runner(
+    model: Path, runs: Path, encoder_model: str | None = None, max_model_len: int | None = None
+) -> EngineRunner:
     """``run(*workloads, ec=None, budget=None, mm_embeds=False, evict_after_load=False, env={})``:
     one in-process engine of ``model`` in a subprocess (`tests.integrations.vllm_ec.engine_run`), its encoder
-    calls counted on ``encoder_model`` (``module:Class``; Qwen2-VL's by default); returns its
-    JSON report."""
+    calls counted on ``encoder_model`` (``module:Class``; Qwen2-VL's by default), its context
+    ``max_model_len`` tokens (`engine_run`'s default if None); returns its JSON report."""
 
     def run(
         *workloads: str,
@@ -103,6 +105,8 @@ def engine_runner(model: Path, runs: Path, encoder_model: str | None = None) -> 
             command += ["--ec-config", json.dumps(ec)]
         if budget is not None:
             command += ["--budget", str(budget)]
+        if max_model_len is not None:
+            command += ["--max-model-len", str(max_model_len)]
         if mm_embeds:
             command.append("--mm-embeds")
         if evict_after_load:

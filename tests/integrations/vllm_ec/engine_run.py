@@ -1,11 +1,11 @@
 """Run workloads through one in-process vLLM engine and write what happened as JSON.
 
 ``python -m tests.integrations.vllm_ec.engine_run --model DIR --out result.json [--ec-config JSON]
-[--budget N] [--workload main|other ...]``. Started as a subprocess by the tests and the benchmark: one engine
-per process (vLLM keeps per-process globals), in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``:
-3-4 s to start instead of 20-40 s). Reports, per workload: greedy token ids and top-5 logprobs per
-request, failed requests, items the vision encoder encoded (counted by `encoder_counter`), and
-time to first token per request; plus the connector's counters.
+[--budget N] [--max-model-len N] [--workload main|other ...]``. Started as a subprocess by the
+tests and the benchmark: one engine per process (vLLM keeps per-process globals), in-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: 3-4 s to start instead of 20-40 s). Reports, per workload:
+greedy token ids and top-5 logprobs per request, failed requests, items the vision encoder
+encoded (counted by `encoder_counter`), and time to first token per request; plus the connector's counters.
 """
 
 from __future__ import annotations
@@ -49,16 +49,21 @@ WORKLOADS = {
 TOP_LOGPROBS = 5
 MAX_TOKENS = 6
 KV_CACHE_BYTES = 64 * 2**20
+MAX_MODEL_LEN = 4096  # a family whose images are thousands of tokens each asks for more
 
 
 def engine_arguments(
-    model: str, ec_config: dict[str, Any] | None, budget: int | None, mm_embeds: bool = False
+    model: str,
+    ec_config: dict[str, Any] | None,
+    budget: int | None,
+    mm_embeds: bool = False,
+    max_model_len: int = MAX_MODEL_LEN,
 ) -> dict[str, Any]:
     """Arguments shared by the in-process engine and (as flags) the OpenAI server."""
     arguments: dict[str, Any] = {
         "model": model,
         "dtype": "bfloat16",
-        "max_model_len": 4096,
+        "max_model_len": max_model_len,
         "limit_mm_per_prompt": {
             "image": max(w.max_images_per_request() for w in WORKLOADS.values()),
             "video": 0,
@@ -209,6 +214,7 @@ def main() -> None:
     parser.add_argument("--ec-config")
     parser.add_argument("--budget", type=int)
     parser.add_argument("--mm-embeds", action="store_true")
+    parser.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN)
     parser.add_argument("--evict-after-load", action="store_true")
     parser.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
     args = parser.parse_args()
@@ -224,7 +230,7 @@ def main() -> None:
 
     ec_config = json.loads(args.ec_config) if args.ec_config else None
     started = time.perf_counter()
-    llm = LLM(**engine_arguments(args.model, ec_config, args.budget, args.mm_embeds))
+    llm = LLM(**engine_arguments(args.model, ec_config, args.budget, args.mm_embeds, args.max_model_len))
     result: dict[str, Any] = {"start_seconds": time.perf_counter() - started, "workloads": {}}
     warm_up(llm)
     for name in args.workload or ["main"]:

@@ -4,15 +4,21 @@ vLLM alone (greedy tokens and top-5 logprobs). One set of engine runs per family
 
 from __future__ import annotations
 
+import base64
+import functools
+import io
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from PIL import Image
+from transformers import AutoProcessor
 
 from tests.integrations.vllm_ec.conftest import ec_config, engine_runner
 from tests.integrations.vllm_ec.families import FAMILIES, Family
-from tests.integrations.vllm_ec.workload import FAMILY
+from tests.integrations.vllm_ec.workload import FAMILY, WARM_UP_SEED, image_data_url
 from tests.tiers.conftest import RedisProcess
 from visioncache.tiers.disk import DiskTier
 from visioncache.tiers.serialization import loads
@@ -26,11 +32,14 @@ def runs(
 ) -> dict[str, Any]:
     family: Family = request.param
     root = tmp_path_factory.mktemp(family.name)
-    run = engine_runner(family.save(root / "model"), _mkdir(root / "runs"), family.encoder_model)
+    model = family.save(root / "model")
+    runner = engine_runner(model, _mkdir(root / "runs"), family.encoder_model, family.max_model_len)
+    run = functools.partial(runner, budget=family.budget)
     disk, prefix = root / "tier", f"visioncache-{family.name}:"
     shared = {"redis_url": redis_server.url, "redis_prefix": prefix}
     return {
         "family": family,
+        "model": model,
         "disk": disk,
         "alone": run("family")["workloads"]["family"],
         "cold": run("family", ec=ec_config(disk_dir=str(disk), **shared)),
@@ -72,8 +81,10 @@ def test_a_second_replica_over_redis_encodes_nothing(runs: dict[str, Any]) -> No
 
 
 def test_stored_outputs_have_the_familys_shape(runs: dict[str, Any]) -> None:
-    # What the connector stores is vLLM's encoder output as it is: Qwen3-VL's rows carry the
-    # deepstack features (3x the text width), Gemma 3 stores 16 rows for its 18-token placeholder.
+    # What the connector stores is vLLM's encoder output as it is: one row per image token the
+    # family's own processor writes for that image (Gemma 3: 16 rows for its 18-token placeholder;
+    # the tiled families: every tile's and the thumbnail's or global image's rows, LLaVA-OneVision's
+    # newline rows too), and Qwen3-VL's rows carry the deepstack features (3x the text width).
     tier = DiskTier(runs["disk"])
     try:
         keys = [key for key in tier.keys() if "/vllm-ec/" in key]  # noqa: SIM118  (a tier, not a dict)
@@ -81,16 +92,26 @@ def test_stored_outputs_have_the_familys_shape(runs: dict[str, Any]) -> None:
     finally:
         tier.close()
     assert len(values) == DISTINCT
-    widths = {value.shape[1] for value in values}
-    rows = {value.shape[0] for value in values}
     assert all(value.dtype == torch.bfloat16 for value in values)
-    name = runs["family"].name
-    if name == "qwen3_vl":
-        assert widths == {3 * 128}
-    else:
-        assert widths == {128}
-    if name == "gemma3":
-        assert rows == {16}
+    widths = {value.shape[1] for value in values}
+    assert widths == ({3 * 128} if runs["family"].name == "qwen3_vl" else {128})
+    assert sorted(value.shape[0] for value in values) == _image_tokens(runs["model"])
+
+
+def _image_tokens(model: Path) -> list[int]:
+    """Image tokens the checkpoint's processor writes for each image a family run sends, sorted."""
+    processor = AutoProcessor.from_pretrained(model)
+    config = json.loads((model / "config.json").read_text())
+    image_token = config.get("image_token_id", config.get("image_token_index"))
+    counts = []
+    for seed in (*range(FAMILY.first_seed, FAMILY.first_seed + FAMILY.distinct), WARM_UP_SEED):
+        encoded = base64.b64decode(image_data_url(seed).partition(",")[2])
+        image = Image.open(io.BytesIO(encoded)).convert("RGB")
+        message = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "describe"}]}
+        text = processor.apply_chat_template([message], add_generation_prompt=True, tokenize=False)
+        ids = processor(text=text, images=[image], return_tensors="pt")["input_ids"]
+        counts.append(int((ids == image_token).sum()))
+    return sorted(counts)
 
 
 def test_the_unsigned_tier_warning_appears_once_per_process(runs: dict[str, Any]) -> None:
