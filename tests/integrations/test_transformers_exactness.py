@@ -105,7 +105,7 @@ def test_transformers_outside_the_tested_range_is_refused_and_newer_warns() -> N
         check_transformers_version("5.99.0")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        check_transformers_version("5.24.0")
+        check_transformers_version("5.25.0")
 
 
 def test_a_layout_that_groups_a_flat_lists_images_is_refused_at_load(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,8 +31,8 @@ from transformers import (
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from visioncache.bench.offline import image_only_processor
-from visioncache.bench.towers import VISION_TOWERS
+from visioncache.bench.family_models.checkpoints import CHECKPOINTS
+from visioncache.bench.offline import image_only_processor, tower
 from visioncache.bench.vocabulary import SPECIAL_TOKENS, build_tokenizer
 from visioncache.errors import ConfigurationError
 
@@ -45,23 +45,21 @@ VISION_SIZES = ("tiny", "full")
 _TEXT_TINY = dict(
     hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128
 )
-# family -> (config class, model class, processor class, patch size, text extras); the tiny vision
-# tower is `VISION_TOWERS[family]["tiny"]`.
+# family -> (config class, model class, processor class, text extras); the vision tower is
+# `offline.tower(family, vision)`, the image processor the published checkpoint's (CHECKPOINTS).
 _QWEN2_ROPE = dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 2, 4]})
-_FAMILY_SPECS: dict[str, tuple[Any, Any, Any, int, dict[str, Any]]] = {
-    "qwen2_vl": (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor, 14, _QWEN2_ROPE),
+_FAMILY_SPECS: dict[str, tuple[Any, Any, Any, dict[str, Any]]] = {
+    "qwen2_vl": (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor, _QWEN2_ROPE),
     "qwen2_5_vl": (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2_5_VLProcessor,
-        14,
         _QWEN2_ROPE,
     ),
     "qwen3_vl": (
         Qwen3VLConfig,
         Qwen3VLForConditionalGeneration,
         Qwen3VLProcessor,
-        16,
         dict(
             head_dim=16,
             rope_parameters={
@@ -94,18 +92,12 @@ def build_offline_model(
         raise ConfigurationError(f"unknown vision size {vision!r}; choose one of {VISION_SIZES}")
     if vision == "full" and family != "qwen2_vl":
         raise ConfigurationError("--vision full is defined for qwen2_vl only")
-    config_class, model_class, processor_class, patch_size, text_extra = _FAMILY_SPECS[family]
-    vision_config = VISION_TOWERS[family][vision]
+    config_class, model_class, processor_class, text_extra = _FAMILY_SPECS[family]
     tokenizer = build_tokenizer()
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
     text_config = {**_TEXT_TINY, **text_extra} if vision == "tiny" else dict(_FULL_TEXT)
     config = config_class(
-        vision_config={
-            **vision_config,
-            "patch_size": patch_size,
-            "temporal_patch_size": 2,
-            "spatial_merge_size": 2,
-        },
+        vision_config=tower(family, vision),
         text_config={
             **text_config,
             "vocab_size": len(tokenizer),
@@ -120,7 +112,7 @@ def build_offline_model(
     )
     torch.manual_seed(seed)
     model = model_class(config).to(dtype).eval()
-    image_processor = Qwen2VLImageProcessorPil(patch_size=patch_size)
+    image_processor = Qwen2VLImageProcessorPil(**CHECKPOINTS[family].image_processor)
     return model, image_only_processor(processor_class, image_processor=image_processor, tokenizer=tokenizer)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast, ProcessorMixin
 
+from visioncache.bench.family_models.checkpoints import CHECKPOINTS
 from visioncache.bench.towers import VISION_TOWERS
 from visioncache.errors import ConfigurationError
 
@@ -30,14 +31,16 @@ __all__ = [
 
 
 def tower(family: str, vision: str) -> dict[str, Any]:
-    """``family``'s vision-tower configuration of size ``vision`` (``bench/towers.py``), a copy;
-    ConfigurationError where it has none of that size."""
+    """``family``'s vision-tower configuration of size ``vision``: its widths and depths
+    (``bench/towers.py``) with the image geometry of the family's published checkpoint
+    (``family_models/checkpoints.py``), a copy; ConfigurationError where it has none of that size."""
     sizes = VISION_TOWERS.get(family, {})
     if vision not in sizes:
         raise ConfigurationError(
             f"--vision {vision} is not defined for {family}; its towers: {', '.join(sizes) or 'none'}"
         )
-    return dict(sizes[vision])
+    checkpoint = CHECKPOINTS.get(family)
+    return {**sizes[vision], **(checkpoint.vision if checkpoint is not None else {})}
 
 
 def token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:

@@ -1,8 +1,10 @@
 """The random-weight vision towers the bench builds, by model family and size: configs as data.
 
 ``tiny`` is fast on a CPU (tests, ``visioncache bench``); ``full`` is a released checkpoint's
-tower (named beside it), the cost the embedding cache saves. ``benchmarks/bench_gpu.py`` builds
-the Qwen towers alone.
+tower (named beside it), the cost the embedding cache saves. Only widths and depths differ: the
+image geometry (image and patch sizes, merges, position tables) is the family's published
+checkpoint's (``family_models/checkpoints.py``), which ``offline.tower`` lays over these.
+``benchmarks/bench_gpu.py`` builds the Qwen towers alone.
 """
 
 from __future__ import annotations
@@ -11,22 +13,17 @@ from typing import Any
 
 __all__ = ["VISION_TOWERS"]
 
-# A SigLIP-style tower on one 32-pixel tile of 8-pixel patches: the tiny tower of most families.
+# A narrow two-layer SigLIP-style tower: the tiny tower of most families.
 _TINY_TILE: dict[str, Any] = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    image_size=32,
-    patch_size=8,
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4
 )
 # SigLIP so400m (Gemma 3, LLaVA-OneVision and Idefics3 use it at 896, 384 and 364 pixels).
 _SO400M: dict[str, Any] = dict(
-    hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16, patch_size=14
+    hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16
 )
 # InternViT-300M and Pixtral's tower share these sizes.
 _VIT_300M: dict[str, Any] = dict(
-    hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, patch_size=14
+    hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16
 )
 
 VISION_TOWERS: dict[str, dict[str, dict[str, Any]]] = {
@@ -63,7 +60,6 @@ VISION_TOWERS: dict[str, dict[str, dict[str, Any]]] = {
             num_heads=4,
             out_hidden_size=64,
             deepstack_visual_indexes=[0, 1],
-            num_position_embeddings=2304,
         ),
     },
     "qwen3_5": {
@@ -73,8 +69,6 @@ VISION_TOWERS: dict[str, dict[str, dict[str, Any]]] = {
             num_heads=4,
             intermediate_size=64,
             out_hidden_size=64,
-            patch_size=16,
-            num_position_embeddings=256,
         ),
     },
     "glm4v": {
@@ -84,8 +78,6 @@ VISION_TOWERS: dict[str, dict[str, dict[str, Any]]] = {
             num_heads=4,
             intermediate_size=64,
             out_hidden_size=64,
-            patch_size=14,
-            image_size=28,
         ),
         # GLM-4.1V-9B's tower (transformers' Glm4vVisionConfig defaults)
         "full": dict(
@@ -94,35 +86,25 @@ VISION_TOWERS: dict[str, dict[str, dict[str, Any]]] = {
             num_heads=12,
             intermediate_size=13696,
             out_hidden_size=4096,  # the MLP width too
-            patch_size=14,
-            image_size=336,
         ),
     },
     "gemma3": {
-        "tiny": {**_TINY_TILE, "image_size": 64},
-        "full": {**_SO400M, "image_size": 896},  # Gemma 3 4B-27B
+        "tiny": _TINY_TILE,
+        "full": _SO400M,  # Gemma 3 4B-27B
     },
     "gemma4": {
         "tiny": {
             **_TINY_TILE,
             "num_key_value_heads": 4,
             "head_dim": 8,
-            "pooling_kernel_size": 2,
-            "position_embedding_size": 64,
         }
     },
     "mistral3": {
-        "tiny": {**_TINY_TILE, "head_dim": 8, "image_size": 64},
-        "full": {
-            **_VIT_300M,
-            "head_dim": 64,
-            "image_size": 1540,
-        },  # Mistral Small 3.1 (transformers' default)
+        "tiny": {**_TINY_TILE, "head_dim": 8},
+        "full": {**_VIT_300M, "head_dim": 64},  # Mistral Small 3.1
     },
-    "internvl": {"tiny": _TINY_TILE, "full": {**_VIT_300M, "image_size": 448}},  # InternViT-300M-448px
-    "llava_onevision": {"tiny": _TINY_TILE, "full": {**_SO400M, "num_hidden_layers": 26, "image_size": 384}},
-    "idefics3": {"tiny": _TINY_TILE, "full": {**_SO400M, "image_size": 364}},  # Idefics3-8B
-    # 4-pixel patches: 16 tokens a tile, a multiple of the patch size, as SmolVLM's merger in
-    # transformers < 5.21 needs (real checkpoints: 64 tokens, 16-pixel patches).
-    "smolvlm": {"tiny": {**_TINY_TILE, "patch_size": 4}},
+    "internvl": {"tiny": _TINY_TILE, "full": _VIT_300M},  # InternViT-300M-448px
+    "llava_onevision": {"tiny": _TINY_TILE, "full": {**_SO400M, "num_hidden_layers": 26}},
+    "idefics3": {"tiny": _TINY_TILE, "full": _SO400M},  # Idefics3-8B
+    "smolvlm": {"tiny": _TINY_TILE},
 }

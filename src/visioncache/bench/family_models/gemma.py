@@ -1,4 +1,5 @@
-"""Gemma 3 and Gemma 4 offline models: SigLIP-style towers on 64-pixel images."""
+"""Gemma 3 and Gemma 4 offline models: SigLIP-style towers at the published checkpoints' image
+geometry (Gemma 3: 896 pixels, 256 soft tokens; Gemma 4: up to 280 soft tokens)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3Processor
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
+from visioncache.bench.family_models.checkpoints import CHECKPOINTS
 from visioncache.bench.family_models.spec import TINY_TEXT, FamilyModel
 from visioncache.bench.offline import (
     image_only_processor,
@@ -36,11 +38,10 @@ def _text(tokenizer: Any, **extra: Any) -> dict[str, Any]:
 
 
 def gemma3(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
-    """Gemma 3: 16 soft tokens per image (an 8x8-patch tower pooled 2x2); ``full``: SigLIP at 896
-    pixels, 256 soft tokens (64x64 patches pooled 4x4)."""
+    """Gemma 3: 256 soft tokens per image, SigLIP's 64x64 patches of a 896-pixel square pooled 4x4;
+    pan-and-scan off, as the processor's default."""
     vision_config = tower("gemma3", vision)
-    tokens = 16 if vision == "tiny" else 256
-    side = vision_config["image_size"]
+    checkpoint = CHECKPOINTS["gemma3"]
     named = {
         "boi_token": "<start_of_image>",
         "eoi_token": "<end_of_image>",
@@ -50,19 +51,19 @@ def gemma3(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
     config = Gemma3Config(
         text_config=_text(tokenizer, query_pre_attn_scalar=16),
         vision_config=vision_config,
-        mm_tokens_per_image=tokens,
+        **checkpoint.config,
         boi_token_index=token_id(tokenizer, "<start_of_image>"),
         eoi_token_index=token_id(tokenizer, "<end_of_image>"),
         image_token_index=token_id(tokenizer, "<image_soft_token>"),
     )
     model = random_model(Gemma3ForConditionalGeneration, config, dtype, seed)
-    image_processor = Gemma3ImageProcessorPil(size={"height": side, "width": side})
-    processor = Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_length=tokens)
+    image_processor = Gemma3ImageProcessorPil(**checkpoint.image_processor)
+    processor = Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, **checkpoint.processor)
     return FamilyModel("gemma3", model, processor, "<start_of_image>")
 
 
 def gemma4(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
-    """Gemma 4: up to 70 soft tokens per image (8-pixel patches pooled 2x2), by its size.
+    """Gemma 4: up to 280 soft tokens per image (16-pixel patches pooled 3x3), by its size.
 
     Imported here: before transformers 5.21, Gemma4Processor's module imports torchvision."""
     from transformers import Gemma4Config, Gemma4ForConditionalGeneration, Gemma4Processor
@@ -93,12 +94,13 @@ def gemma4(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
         video_token_id=token_id(tokenizer, "<|video|>"),
     )
     model = random_model(Gemma4ForConditionalGeneration, config, dtype, seed)
-    image_processor = Gemma4ImageProcessorPil(patch_size=8, pooling_kernel_size=2, max_soft_tokens=70)
+    checkpoint = CHECKPOINTS["gemma4"]
+    image_processor = Gemma4ImageProcessorPil(**checkpoint.image_processor)
     processor = image_only_processor(
         Gemma4Processor,
         feature_extractor=Gemma4AudioFeatureExtractor(),
         image_processor=image_processor,
         tokenizer=tokenizer,
-        image_seq_length=70,
+        **checkpoint.processor,
     )
     return FamilyModel("gemma4", model, processor, "<|image|>")

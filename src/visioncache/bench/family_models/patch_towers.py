@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from transformers import (
     Glm4vConfig,
@@ -15,6 +13,7 @@ from transformers import (
 from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
 from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
 
+from visioncache.bench.family_models.checkpoints import CHECKPOINTS
 from visioncache.bench.family_models.spec import TINY_TEXT, FamilyModel
 from visioncache.bench.offline import (
     image_only_processor,
@@ -29,10 +28,10 @@ __all__ = ["glm4v", "mistral3"]
 
 
 def mistral3(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
-    """Mistral 3: images up to the tower's size in patches merged 2x2 (64 pixels of 8-pixel
-    patches tiny), the stock ``PixtralProcessor`` (imported without its torchvision helper)."""
+    """Mistral 3: images up to 1540 pixels (never enlarged) in 14-pixel patches merged 2x2, the
+    stock ``PixtralProcessor`` (imported without its torchvision helper)."""
     vision_config = tower("mistral3", vision)
-    side, patch = int(vision_config["image_size"]), int(vision_config["patch_size"])
+    checkpoint = CHECKPOINTS["mistral3"]
     tokenizer = build_tokenizer(
         WORDS, ("<s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"), eos="</s>", pad="<pad>"
     )
@@ -47,24 +46,20 @@ def mistral3(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
         },
         vision_config={**vision_config, "model_type": "pixtral"},
         image_token_index=token_id(tokenizer, "[IMG]"),
-        spatial_merge_size=2,
-        vision_feature_layer=-1,
+        **checkpoint.config,
     )
     model = random_model(Mistral3ForConditionalGeneration, config, dtype, seed)
-    image_processor = PixtralImageProcessorPil(
-        size={"longest_edge": side}, patch_size={"height": patch, "width": patch}
-    )
+    image_processor = PixtralImageProcessorPil(**checkpoint.image_processor)
     processor_class = import_without_torchvision(
         "transformers.models.pixtral.processing_pixtral"
     ).PixtralProcessor
-    processor = processor_class(
-        image_processor=image_processor, tokenizer=tokenizer, patch_size=patch, spatial_merge_size=2
-    )
+    processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, **checkpoint.processor)
     return FamilyModel("mistral3", model, processor, "[IMG]")
 
 
 def glm4v(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
-    """GLM-4V: Qwen2-VL's 14-pixel patches merged 2x2, between begin/end of image markers."""
+    """GLM-4V: Qwen2-VL's 14-pixel patches merged 2x2 (112x112 to 9,633,792 pixels), between
+    begin/end of image markers."""
     marks = (
         "<|user|>",
         "<|assistant|>",
@@ -76,7 +71,7 @@ def glm4v(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
     named = {"image_token": "<|image|>", "video_token": "<|video|>"}
     tokenizer = build_tokenizer(WORDS, marks, named, eos="<|endoftext|>", pad="<|endoftext|>")
     end = token_id(tokenizer, "<|endoftext|>")
-    vision_config = {**tower("glm4v", vision), "spatial_merge_size": 2, "temporal_patch_size": 2}
+    vision_config = tower("glm4v", vision)
     # The tower's MLP width is its output width, the language model's: a one-layer text model of
     # that width for the full tower (GLM-4.1V-9B's 4096).
     width = int(vision_config["out_hidden_size"])
@@ -109,7 +104,6 @@ def glm4v(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
         video_end_token_id=token_id(tokenizer, "<|end_of_video|>"),
     )
     model = random_model(Glm4vForConditionalGeneration, config, dtype, seed)
-    bounds: dict[str, Any] = {"size": {"shortest_edge": 28 * 28, "longest_edge": 28 * 28 * 16}}
-    image_processor = Glm4vImageProcessorPil(**(bounds if vision == "tiny" else {}))
+    image_processor = Glm4vImageProcessorPil(**CHECKPOINTS["glm4v"].image_processor)
     processor = image_only_processor(Glm4vProcessor, image_processor=image_processor, tokenizer=tokenizer)
     return FamilyModel("glm4v", model, processor, "<|begin_of_image|><|image|><|end_of_image|>")

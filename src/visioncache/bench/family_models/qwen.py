@@ -8,6 +8,7 @@ import torch
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration, Qwen3VLProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from visioncache.bench.family_models.checkpoints import CHECKPOINTS
 from visioncache.bench.family_models.spec import TINY_TEXT, FamilyModel
 from visioncache.bench.models import build_offline_model
 from visioncache.bench.offline import image_only_processor, token_id, tower
@@ -56,7 +57,7 @@ def qwen3_5(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
             "linear_value_head_dim": 16,
             "rope_parameters": {**rope, "partial_rotary_factor": 1.0},
         },
-        vision_config={**tower("qwen3_5", vision), "spatial_merge_size": 2, "temporal_patch_size": 2},
+        vision_config=tower("qwen3_5", vision),
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
@@ -65,6 +66,6 @@ def qwen3_5(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
     torch.manual_seed(seed)
     model: Any = Qwen3_5ForConditionalGeneration(config)
     model = model.to(dtype).eval()
-    image_processor = Qwen2VLImageProcessorPil(patch_size=16)
+    image_processor = Qwen2VLImageProcessorPil(**CHECKPOINTS["qwen3_5"].image_processor)
     processor = image_only_processor(Qwen3VLProcessor, image_processor=image_processor, tokenizer=tokenizer)
     return FamilyModel("qwen3_5", model, processor, IMAGE_PLACEHOLDER)

@@ -26,6 +26,7 @@ from transformers.models.llava_onevision.image_processing_pil_llava_onevision im
 )
 from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
 
+from visioncache.bench.family_models.checkpoints import CHECKPOINTS
 from visioncache.bench.family_models.spec import TINY_TEXT, FamilyModel
 from visioncache.bench.offline import (
     image_only_processor,
@@ -52,15 +53,10 @@ def _text(tokenizer: Any, model_type: str) -> dict[str, Any]:
     }
 
 
-def _tokens_per_tile(vision_config: dict[str, Any], merge: int) -> int:
-    """Patch features per tile after a ``merge`` x ``merge`` pixel shuffle."""
-    return (int(vision_config["image_size"]) // int(vision_config["patch_size"]) // merge) ** 2
-
-
 def internvl(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
-    """InternVL: up to 4 tiles (12 with the full tower) plus a thumbnail, pixel-shuffled 2x2."""
-    vision_config = tower("internvl", vision)
-    side, tokens = int(vision_config["image_size"]), _tokens_per_tile(vision_config, 2)
+    """InternVL: dynamic tiling, 1 to 12 tiles of 448 pixels plus a thumbnail, 256 tokens a tile
+    (14-pixel patches pixel-shuffled 2x2)."""
+    checkpoint = CHECKPOINTS["internvl"]
     named = {
         "start_image_token": "<img>",
         "end_image_token": "</img>",
@@ -70,20 +66,16 @@ def internvl(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
     tokenizer = build_tokenizer(WORDS, _CHATML, named, eos="<|endoftext|>", pad="<|endoftext|>")
     config = InternVLConfig(
         text_config=_text(tokenizer, "qwen2"),
-        vision_config={
-            **vision_config,
-            "image_size": [side, side],
-            "patch_size": [vision_config["patch_size"]] * 2,
-        },
+        vision_config=tower("internvl", vision),
         image_token_id=token_id(tokenizer, "<IMG_CONTEXT>"),
-        image_seq_length=tokens,
+        **checkpoint.config,
     )
     model = random_model(InternVLForConditionalGeneration, config, dtype, seed)
-    image_processor = GotOcr2ImageProcessorPil(
-        size={"height": side, "width": side}, crop_to_patches=True, max_patches=4 if vision == "tiny" else 12
-    )
+    # crop_to_patches stays the image processor's default (False): InternVLProcessor turns it on
+    # for every call (InternVLProcessorKwargs), as for the published checkpoint.
+    image_processor = GotOcr2ImageProcessorPil(**checkpoint.image_processor)
     processor = image_only_processor(
-        InternVLProcessor, image_processor=image_processor, tokenizer=tokenizer, image_seq_length=tokens
+        InternVLProcessor, image_processor=image_processor, tokenizer=tokenizer, **checkpoint.processor
     )
     return FamilyModel("internvl", model, processor, "<IMG_CONTEXT>")
 
@@ -99,8 +91,9 @@ def _idefics_tokenizer(named: dict[str, str]) -> Any:
 
 
 def _tiled(family: str, vision: str, dtype: torch.dtype, seed: int, named: dict[str, str]) -> FamilyModel:
-    """Idefics3 or SmolVLM: images resized (longest edge 2 tiles tiny, 4 full) and split into
-    tiles of the tower's size plus a global image, pixel-shuffled 2x2."""
+    """Idefics3 or SmolVLM: images resized to the published longest edge (1456 or 2048 pixels) and
+    split into tiles of the tower's size (364 or 512) plus a global image, pixel-shuffled (2x2 or
+    4x4: 169 or 64 tokens a tile)."""
     classes: dict[str, tuple[Any, Any, Any, Any]] = {
         "idefics3": (
             Idefics3Config,
@@ -116,21 +109,18 @@ def _tiled(family: str, vision: str, dtype: torch.dtype, seed: int, named: dict[
         ),
     }
     config_class, model_class, processor_class, image_processor_class = classes[family]
-    vision_config = tower(family, vision)
-    side, tokens = int(vision_config["image_size"]), _tokens_per_tile(vision_config, 2)
+    checkpoint = CHECKPOINTS[family]
     tokenizer = _idefics_tokenizer(named)
     config = config_class(
         text_config=_text(tokenizer, "llama"),
-        vision_config=vision_config,
+        vision_config=tower(family, vision),
         image_token_id=token_id(tokenizer, "<image>"),
-        scale_factor=2,
+        **checkpoint.config,
     )
     model = random_model(model_class, config, dtype, seed)
-    image_processor = image_processor_class(
-        size={"longest_edge": side * (2 if vision == "tiny" else 4)}, max_image_size={"longest_edge": side}
-    )
+    image_processor = image_processor_class(**checkpoint.image_processor)
     processor = image_only_processor(
-        processor_class, image_processor=image_processor, tokenizer=tokenizer, image_seq_len=tokens
+        processor_class, image_processor=image_processor, tokenizer=tokenizer, **checkpoint.processor
     )
     return FamilyModel(family, model, processor, "<image>")
 
@@ -150,10 +140,10 @@ def smolvlm(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
 
 
 def llava_onevision(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
-    """LLaVA-OneVision: base patches of the tower's size, anyres grids up to 3 patches tiny (the
-    processor's own grids full)."""
+    """LLaVA-OneVision: 384-pixel base patches (729 features), anyres grids up to 6x6 patches
+    (pooled beyond 9: ``anyres_max_9``), the whole tower output (``full``)."""
     vision_config = tower("llava_onevision", vision)
-    side = int(vision_config["image_size"])
+    checkpoint = CHECKPOINTS["llava_onevision"]
     tokenizer = build_tokenizer(
         WORDS,
         _CHATML,
@@ -161,26 +151,19 @@ def llava_onevision(vision: str, dtype: torch.dtype, seed: int) -> FamilyModel:
         eos="<|endoftext|>",
         pad="<|endoftext|>",
     )
-    pinpoints = [
-        [side * rows, side * cols] for rows, cols in ((1, 1), (1, 2), (2, 1), (2, 2), (1, 3), (3, 1))
-    ]
-    grids: dict[str, Any] = {"image_grid_pinpoints": pinpoints} if vision == "tiny" else {}
-    image_processor = LlavaOnevisionImageProcessorPil(size={"height": side, "width": side}, **grids)
+    image_processor = LlavaOnevisionImageProcessorPil(**checkpoint.image_processor)
     config = LlavaOnevisionConfig(
         text_config=_text(tokenizer, "qwen2"),
         vision_config={**vision_config, "model_type": "siglip_vision_model"},
         image_token_index=token_id(tokenizer, "<image>"),
         video_token_index=token_id(tokenizer, "<video>"),
-        image_grid_pinpoints=image_processor.image_grid_pinpoints,
-        vision_feature_layer=-1,
-        vision_feature_select_strategy="full",
+        **checkpoint.config,
     )
     model = random_model(LlavaOnevisionForConditionalGeneration, config, dtype, seed)
     processor = image_only_processor(
         LlavaOnevisionProcessor,
         image_processor=image_processor,
         tokenizer=tokenizer,
-        num_image_tokens=(side // int(vision_config["patch_size"])) ** 2,
-        vision_feature_select_strategy="full",
+        **checkpoint.processor,
     )
     return FamilyModel("llava_onevision", model, processor, "<image>")

@@ -23,7 +23,7 @@ __all__ = [
 
 MIN_TRANSFORMERS = "5.20.0"
 # Each release the family suite (tests/integrations/test_transformers_families.py) passed on.
-TESTED_TRANSFORMERS = ("5.20.2", "5.21.1", "5.22.2", "5.23.0", "5.24.0")
+TESTED_TRANSFORMERS = ("5.20.2", "5.21.1", "5.22.2", "5.23.0", "5.24.0", "5.25.0")
 MAX_TESTED_TRANSFORMERS = TESTED_TRANSFORMERS[-1]
 
 
