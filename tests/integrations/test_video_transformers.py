@@ -33,7 +33,7 @@ from visioncache.errors import (
     UnsupportedImageTypeError,
 )
 from visioncache.integrations.transformers import CachedVisionModel, VideoFrames
-from visioncache.integrations.video.clip import VideoSettings
+from visioncache.integrations.video.clip import ClipResolver, VideoSettings
 from visioncache.integrations.video.decode import decode_frames
 
 pytestmark = pytest.mark.slow
@@ -132,6 +132,70 @@ def test_video_file_is_decoded_once_and_then_known_by_its_bytes(tmp_path: Path) 
     # The frames sent decoded share the file's entries: same pixels, same keys.
     cached.prepare(chat(VIDEO), videos=[frames])
     assert cached.times.patches_encoded == 4
+
+
+def test_a_warm_file_turn_hashes_and_decodes_nothing_and_a_miss_decodes_only_its_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a file clip with one missing patch decoded every sampled frame (Clip.frames()
+    loaded the whole clip) to preprocess the two frames that patch needed."""
+    import visioncache.identity.hasher as hasher_module
+    from visioncache.bench.models import build_offline_model
+
+    model, processor = build_offline_model("qwen2_vl")
+    data = _video_file(noise_frames(16, 64, 96, seed=12))
+    path = tmp_path / "clip.mp4"
+    path.write_bytes(data)
+    settings = VideoSettings(fps=2.0)  # 8 frames sampled (0, 2, ..., 14): 4 patches
+    cached = CachedVisionModel(model, processor, video_settings=settings)
+    hasher = cached.cache._keys.hasher
+    monkeypatch.setattr(hasher.path_memo, "settle_seconds", 0.0)  # remember a file just written
+    file_hashes: list[str] = []
+    real_hash_file = hasher_module.hash_file
+
+    def counted_hash_file(name: str, *args: Any) -> Any:
+        file_hashes.append(name)
+        return real_hash_file(name, *args)
+
+    monkeypatch.setattr(hasher_module, "hash_file", counted_hash_file)
+    frame_hashes: list[int] = []
+    real_digests = ClipResolver.frame_digests
+
+    def counted_digests(self: ClipResolver, frames: Any) -> list[bytes]:
+        frame_hashes.append(len(frames))
+        return real_digests(self, frames)
+
+    monkeypatch.setattr(ClipResolver, "frame_digests", counted_digests)
+    expected = logits(
+        model,
+        reference_inputs(
+            model,
+            processor,
+            chat(VIDEO),
+            videos=[VideoFrames(decode_frames(data, list(range(0, 16, 2))))],
+            settings=settings,
+        ),
+    )
+
+    def turn() -> None:
+        actual = logits(model, cached.prepare(chat(VIDEO), videos=[path]))
+        assert max_difference(actual, expected) <= TOLERANCE
+
+    turn()  # cold: the file is read and hashed once, decoded once, its 8 frames hashed once
+    resolver = cached._video.clips  # type: ignore[union-attr]
+    assert (len(file_hashes), frame_hashes, resolver.decoded_files, resolver.loaded_frames) == (1, [8], 1, 0)
+    for _ in range(2):  # warm: the path memo names the file, one lookup gives its frames' digests
+        turn()
+    assert (len(file_hashes), frame_hashes, resolver.decoded_files, resolver.loaded_frames) == (1, [8], 1, 0)
+    assert (cached.times.patches_encoded, cached.times.frames_preprocessed) == (4, 8)
+    # The last patch's output and its two frames' pixels are evicted: the next turn decodes
+    # those two frames only (no other frame is converted), and encodes that one patch.
+    clip = resolver.resolve([path])[0]
+    last = resolver.patch_item(clip, 6)
+    assert cached.cache.discard_images([last, *(resolver.frame_item(d) for d in last.frames)]) == 3
+    turn()
+    assert (len(file_hashes), frame_hashes, resolver.decoded_files, resolver.loaded_frames) == (1, [8], 1, 2)
+    assert (cached.times.patches_encoded, cached.times.frames_preprocessed) == (5, 10)
 
 
 def test_other_video_settings_never_share_entries() -> None:

@@ -3,8 +3,9 @@
 Why the image processor: transformers' Qwen video processors need torchvision, which has no CPU
 build on this machine kind, while the image processor (PIL backend) does the same per-frame work:
 ``smart_resize`` within pixel bounds (bicubic), rescale, normalise with the same mean and std, and
-the same row layout. It repeats an image over the temporal axis; a video's temporal patch stacks
-``temporal_patch_size`` consecutive frames on that axis instead, exactly as transformers' video
+the same row layout. It repeats an image over the temporal axis; asked for a temporal patch of 1
+it lays each frame out once (half the copying), and a video's temporal patch stacks
+``temporal_patch_size`` consecutive frames on that axis, exactly as transformers' video
 processor ``patchify`` orders it: rows ``(t, h, w)``-major, each row ``(channel, time, y, x)``.
 """
 
@@ -37,15 +38,18 @@ def preprocess_frames(
     image_processor: Any, frames: Sequence[np.ndarray], settings: VideoSettings, temporal: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per frame, its resized, normalised pixels as ``(h * w, channels, patch, patch)`` rows, and
-    its ``(1, h, w)`` grid; one image-processor call for all frames."""
-    output = image_processor(images=list(frames), return_tensors="pt", **_size(image_processor, settings))
+    its ``(1, h, w)`` grid; one image-processor call for all frames, each laid out once."""
+    # temporal_patch_size=1: each frame once, not repeated over the temporal axis and cut back
+    # (the rows are the same values: normalisation is per pixel, before the patches are laid out).
+    output = image_processor(
+        images=list(frames), return_tensors="pt", temporal_patch_size=1, **_size(image_processor, settings)
+    )
     grids = output["image_grid_thw"]
     patch = image_processor.patch_size
     result = []
     for rows, grid in zip(torch.split(output["pixel_values"], grids.prod(-1).tolist()), grids, strict=True):
-        # The image processor repeats the frame over the temporal axis; keep one copy.
-        single = rows.view(len(rows), -1, temporal, patch, patch)[:, :, 0].clone()
-        result.append((single, grid.clone()))
+        # clone: a view would keep the whole call's output alive in each frame's cache entry.
+        result.append((rows.view(len(rows), -1, patch, patch).clone(), grid.clone()))
     return result
 
 

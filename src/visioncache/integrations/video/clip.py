@@ -11,8 +11,8 @@ resized patch as exactly as a digest of it would, and a hit costs no resize.) A 
 content: its digest is the hasher's digest of the file (a regular file only, within
 ``max_image_bytes``, memoised by file state) or of its bytes; the frame digests of its sampled
 frames are cached under `VideoFile` in the pixel-only level, so a file sent again costs one hash
-(none for an unchanged path) and one lookup, not a decode, until a patch is missing and its
-frames are needed.
+(none for an unchanged path) and one lookup, not a decode, until a patch is missing; then only
+that patch's frames are converted to pixels.
 """
 
 from __future__ import annotations
@@ -106,22 +106,26 @@ def rgb_frame(frame: object) -> np.ndarray:
 
 @dataclass
 class Clip:
-    """One video's sampled frames, by digest; the pixels are loaded only if a patch misses."""
+    """One video's sampled frames, by digest; pixels are loaded only for the frames a missing
+    patch needs (a warm turn whose patches all hit decodes nothing)."""
 
     frame_digests: list[bytes]
     frame_indices: list[int]
     fps: float | None
     total_frames: int | None
-    _load: Callable[[], list[np.ndarray]] = field(repr=False)
-    _frames: list[np.ndarray] | None = field(default=None, repr=False)
+    _load: Callable[[list[int]], list[np.ndarray]] = field(repr=False)  # source indices -> pixels
+    _frames: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # by position
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def frames(self) -> list[np.ndarray]:
-        """The sampled frames' pixels (decoded once, on first use)."""
+    def frames_at(self, positions: Sequence[int]) -> list[np.ndarray]:
+        """The pixels of the sampled frames at ``positions`` (of ``frame_indices``); each is
+        decoded at most once, and only when asked for."""
         with self._lock:
-            if self._frames is None:
-                self._frames = self._load()
-            return self._frames
+            missing = sorted({at for at in positions if at not in self._frames})
+            if missing:
+                loaded = self._load([self.frame_indices[at] for at in missing])
+                self._frames.update(zip(missing, loaded, strict=True))
+            return [self._frames[at] for at in positions]
 
     @property
     def sampled_fps(self) -> float:
@@ -167,6 +171,7 @@ class ClipResolver:
             )
         )
         self.decoded_files = 0  # files decoded to find their frames (not counting later pixel loads)
+        self.loaded_frames = 0  # frames decoded later, for the pixels of a missing patch
 
     def patch_item(self, clip: Clip, first: int) -> VideoPatch:
         """The item naming the temporal patch starting at frame ``first``."""
@@ -225,16 +230,25 @@ class ClipResolver:
         indices = [int(i) for i in np.asarray(index["frame_indices"])]
         digests = [bytes(row) for row in np.asarray(index["frame_digests"], np.uint8)]
 
-        def load() -> list[np.ndarray]:
-            return decode_frames(source, indices)
+        def load(wanted: list[int]) -> list[np.ndarray]:
+            self.loaded_frames += len(wanted)
+            return decode_frames(source, wanted)
 
-        return Clip(digests, indices, float(index["fps"]), int(index["total_frames"]), load, frames)
+        known = dict(enumerate(frames)) if frames is not None else {}
+        return Clip(digests, indices, float(index["fps"]), int(index["total_frames"]), load, known)
 
     def _frames_clip(self, video: VideoFrames) -> Clip:
         """A clip of frames already converted by ``_classify`` (RGB arrays, indices set)."""
         frames = [rgb_frame(frame) for frame in video.frames]  # no copy: already RGB arrays
         indices = list(video.frame_indices or range(len(frames)))
-        return Clip(self.frame_digests(frames), indices, video.fps, None, lambda: frames, frames)
+        return Clip(
+            self.frame_digests(frames), indices, video.fps, None, _unreachable, dict(enumerate(frames))
+        )
+
+
+def _unreachable(wanted: list[int]) -> list[np.ndarray]:
+    """The loader of a clip whose frames were all given: every position is already known."""
+    raise AssertionError(f"frames {wanted} of a clip given as frames were not kept")
 
 
 def _classify(video: object) -> VideoFrames | VideoSource:
