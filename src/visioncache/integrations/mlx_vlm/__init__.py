@@ -16,7 +16,11 @@ from visioncache.integrations.mlx_vlm.adapter import (
     prepare_inputs,
     prepare_inputs_with_features,
 )
-from visioncache.integrations.mlx_vlm.imports import SUPPORTED_MLX_VLM_VERSION, check_mlx_vlm_version
+from visioncache.integrations.mlx_vlm.imports import (
+    SUPPORTED_MLX_VLM_VERSION,
+    check_mlx_vlm_version,
+    import_mlx,
+)
 from visioncache.integrations.mlx_vlm.protocols import Model, Processor
 
 __all__ = [
@@ -32,6 +36,7 @@ __all__ = [
     "encode_entries",
     "forward",
     "image_feature_encoder",
+    "import_mlx",
     "inputs_from_features",
     "parse_namespace",
     "prepare_inputs",

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from visioncache import forking
+from visioncache.integrations.mlx_vlm import import_mlx
 from visioncache.integrations.mlx_vlm.families import Family
-from visioncache.integrations.mlx_vlm.imports import import_mlx
 
 __all__ = ["ImageLayouts", "Zeros", "covered_images", "layout_of", "stand_in"]
 
