@@ -1,4 +1,4 @@
-"""Regression testshits and evictions are correct by construction.
+"""Regression tests: hits and evictions are correct by construction.
 
 The defect: a lock-free hit reordered the store's ``OrderedDict`` (``move_to_end``) while an
 eviction, under the store's lock, iterated it (``next(iter(lru))``), so a thread switch between
@@ -167,3 +167,34 @@ def test_free_threaded_python_without_the_gil_is_refused(monkeypatch: pytest.Mon
         Store()
     monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)  # PYTHON_GIL=1
     assert len(level_store(VisionEmbeddingCache(max_pixel_entries=2), "pixel")) == 0
+
+
+def test_regression_membership_saw_a_pinned_key_missing_while_another_thread_replaced_it() -> None:
+    """The defect: ``key in store`` read the dicts without the lock, and a replacement (``put`` of a
+    stored key: out of the dicts, then back in, under the lock) looked like an eviction in between:
+    the churn test reported "image 62 evicted while pinned" on a loaded machine. Here the replacing
+    thread stops between the two; membership must wait for it and answer True."""
+    store = Store(max_entries=4)
+    store.pin("k")
+    store.put("k", np.zeros(4, np.int32))
+    inside, go_on = threading.Event(), threading.Event()
+    insert = store._insert
+
+    def paused_insert(key: str, entry: Any) -> None:
+        inside.set()
+        assert go_on.wait(JOIN_SECONDS)
+        insert(key, entry)
+
+    store._insert = paused_insert  # type: ignore[method-assign]
+    writer = threading.Thread(target=store.put, args=("k", np.ones(4, np.int32)), daemon=True)
+    writer.start()
+    assert inside.wait(JOIN_SECONDS)
+    seen: list[bool] = []
+    reader = threading.Thread(target=lambda: seen.append("k" in store), daemon=True)
+    reader.start()
+    reader.join(0.05)  # the reader is blocked on the lock (with the defect: answered False already)
+    go_on.set()
+    writer.join(JOIN_SECONDS)
+    reader.join(JOIN_SECONDS)
+    assert seen == [True]
+    assert store.stats().pinned == 1 and store.lookup("k") is not None

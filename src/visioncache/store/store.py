@@ -341,7 +341,10 @@ class Store(Rooms):
         return None if self._budget is None else self._budget.limit
 
     def __contains__(self, key: object) -> bool:
-        return key in self._lru or key in self._pinned or key in self._device
+        """Whether ``key`` is stored, certain (under the lock): a replacement moves an entry out and
+        back in, and a lock-free look between the two would report a stored key missing."""
+        with self._lock:
+            return key in self._lru or key in self._pinned or key in self._device
 
     def __repr__(self) -> str:
         return f"<Store {len(self)}/{self.max_entries} entries, {self._nbytes}/{self.max_bytes} bytes>"
