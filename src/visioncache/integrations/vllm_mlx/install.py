@@ -54,7 +54,12 @@ from visioncache.integrations.handles import Handles
 from visioncache.integrations.mlx_vlm import Model, Processor
 from visioncache.integrations.mlx_vlm.families import Exactness, Family, check_family, family_for
 from visioncache.integrations.vllm_mlx.compat import import_batch_generator_module, import_scheduler_module
-from visioncache.integrations.vllm_mlx.metrics import register_engine_metrics, register_handle_metrics
+from visioncache.integrations.vllm_mlx.kv_tiers import KVTierCollector, build_kv_tiers
+from visioncache.integrations.vllm_mlx.metrics import (
+    register_collector,
+    register_engine_metrics,
+    register_handle_metrics,
+)
 from visioncache.integrations.vllm_mlx.patches import (
     GENERATOR_METHODS,
     GUARD,
@@ -142,6 +147,11 @@ class Installation:
                 cache = self.settings.build_cache(namespace)
                 state = EngineState(cache, model, processor, family, self.settings.salt, kv_reuse, exactness)
                 state.handles = self.handles
+                if kv_reuse:
+                    kv_tiers = build_kv_tiers(self.settings.tiers, self.settings.max_kv_bytes, namespace)
+                    state.kv_tiers = kv_tiers
+                    if kv_tiers is not None:
+                        register_collector(KVTierCollector(kv_tiers))
                 self.engines[namespace] = state
                 if register_engine_metrics(cache, state.stats) and self.handles and len(self.engines) == 1:
                     register_handle_metrics(self.handles.stats)
@@ -172,7 +182,9 @@ class Installation:
             return None
         generator.vision_cache = state.cache
         if generator.prefix_cache is not None and state.kv_reuse:
-            generator.prefix_cache = ImageAwarePrefixCache(generator.prefix_cache, state.stats, state.salt)
+            generator.prefix_cache = ImageAwarePrefixCache(
+                generator.prefix_cache, state.stats, state.salt, state.kv_tiers
+            )
             self.prefix_caches.append(generator.prefix_cache)
         setattr(generator, GENERATOR_STATE, state)
         return state
@@ -250,6 +262,8 @@ class Installation:
         """Flush and close every engine's cache (their shared tiers' pending writes included)."""
         for state in self.engines.values():
             state.cache.close()
+            if state.kv_tiers is not None:
+                state.kv_tiers.close()
         if self.handles is not None:
             self.handles.close()
 

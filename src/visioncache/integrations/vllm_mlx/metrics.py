@@ -17,7 +17,7 @@ from visioncache.integrations.handles import HandleStats
 from visioncache.integrations.vllm_mlx.compat import checked_module
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
-__all__ = ["EngineCollector", "register_engine_metrics", "register_handle_metrics"]
+__all__ = ["EngineCollector", "register_collector", "register_engine_metrics", "register_handle_metrics"]
 
 _HELP = {
     "image_requests": "Image requests served through visioncache",
@@ -94,4 +94,13 @@ def register_handle_metrics(stats: HandleStats) -> bool:
     registry = _registry()
     if registry is not None:
         registry.register(EngineCollector(stats, help=_HANDLE_HELP))
+    return registry is not None
+
+
+def register_collector(collector: Any) -> bool:
+    """Add another collector (e.g. `kv_tiers.KVTierCollector`) to vllm-mlx's ``/metrics``
+    registry, when it is enabled; returns whether it was added."""
+    registry = _registry()
+    if registry is not None:
+        registry.register(collector)
     return registry is not None

@@ -138,6 +138,8 @@ def generator_replacements(installation: Host) -> dict[str, Any]:
             return stock_stats(self)  # type: ignore[no-any-return]
         stats = dict(self.vision_cache.get_stats())
         stats.update(state.stats.as_dict())
+        if state.kv_tiers is not None:
+            stats.update(state.kv_tiers.stats())
         if installation.handles is not None:
             stats.update(installation.handles.counters())
         return stats

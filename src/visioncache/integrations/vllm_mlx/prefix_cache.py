@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, tenant_key
+from visioncache.integrations.vllm_mlx.kv_tiers import KVTiers
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
 __all__ = ["ImageAwarePrefixCache", "select_request"]
@@ -50,10 +51,13 @@ class ImageAwarePrefixCache:
     with another tenant's engine over a shared or persisted prefix cache.
     """
 
-    def __init__(self, inner: Any, stats: EngineStats, salt: str | bytes | None = None) -> None:
+    def __init__(
+        self, inner: Any, stats: EngineStats, salt: str | bytes | None = None, tiers: KVTiers | None = None
+    ) -> None:
         self._inner = inner
         self._stats = stats
         self._salt = salt
+        self._tiers = tiers  # image-aware prefixes written behind and restored (`kv_tiers`)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -74,6 +78,8 @@ class ImageAwarePrefixCache:
         key = self._key(tokens)
         if key is None:
             return None, tokens
+        if self._tiers is not None and _selected() is not None:  # what memory lacks, from the tiers
+            self._tiers.restore(key, self._shared(key), self._inner.store)
         cache, remaining = self._inner.fetch(key)
         selected = _selected()
         if selected is None:
@@ -95,10 +101,14 @@ class ImageAwarePrefixCache:
         which one of its two neighbours in vllm-mlx's sorted key index has. 0 where the wrapped
         cache keeps no such index. An estimate for `covered` images only: the engine's own
         fetch decides what is reused."""
+        return self._shared(prefix_key.key)
+
+    def _shared(self, ids: Sequence[int]) -> int:
+        """`covered`'s estimate for a key's ids."""
         keys = getattr(self._inner, "_sorted_keys", None)
         if not isinstance(keys, list) or not keys:
             return 0
-        key = tuple(prefix_key.key)
+        key = tuple(ids)
         index = bisect.bisect_left(keys, key)
         best = 0
         for neighbour in keys[max(index - 1, 0) : index + 1]:
@@ -120,7 +130,12 @@ class ImageAwarePrefixCache:
         return self._call_keyed(self._inner.fetch_exact_auxiliary, tokens)
 
     def store(self, tokens: list[int], cache: Any, **kwargs: Any) -> Any:
-        return self._call_keyed(lambda key: self._inner.store(key, cache, **kwargs), tokens) or False
+        stored = self._call_keyed(lambda key: self._inner.store(key, cache, **kwargs), tokens) or False
+        if stored and self._tiers is not None and _selected() is not None:  # an image-aware key
+            key = self._key(tokens)
+            if key is not None:
+                self._tiers.save(key, cache)
+        return stored
 
     def prepare_store(self, tokens: list[int], cache: Any, auxiliary: dict[str, Any] | None = None) -> Any:
         return self._call_keyed(

@@ -26,6 +26,7 @@ from visioncache.trees import parse_byte_size
 __all__ = ["VisionCacheSettings", "add_arguments", "weights_identity"]
 
 _WEIGHT_SUFFIXES = (".safetensors", ".npz", ".gguf")
+MAX_KV_BYTES_VARIABLE = "VISIONCACHE_MAX_KV_BYTES"  # --vision-cache-max-kv-bytes, from the environment
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class VisionCacheSettings:
     kv_reuse: bool = True
     handles: bool = True  # image handles: POST /v1/visioncache/images, visioncache:// image URLs
     max_handle_bytes: str = "512MiB"  # memory budget of the images' bytes kept for their handles
+    max_kv_bytes: str = "1GiB"  # the tiers' budget for image-aware KV prefixes (`kv_tiers`; "0": none)
     tenants_file: str | None = None
     tenants_env: str | None = None
     tiers: TierSettings = field(default_factory=TierSettings)
@@ -61,7 +63,7 @@ class VisionCacheSettings:
     def __post_init__(self) -> None:
         if self.model_path is None and self.model_id is None:
             raise ConfigurationError("name the model's weights: give model_path (a directory) or model_id")
-        for name in ("max_embedding_bytes", "max_pixel_bytes", "max_handle_bytes"):
+        for name in ("max_embedding_bytes", "max_pixel_bytes", "max_handle_bytes", "max_kv_bytes"):
             parse_byte_size(getattr(self, name), name=name)  # a bad size fails here, at start-up
         given = [name for name in ("salt", "tenants_file", "tenants_env") if getattr(self, name) is not None]
         if len(given) > 1:
@@ -79,6 +81,9 @@ class VisionCacheSettings:
             if tier_options or "tiers" in options:
                 raise ConfigurationError("tiers come either from the environment or from disk_dir/redis_url")
             options["tiers"] = TierSettings.from_env()
+            budget = os.environ.get(MAX_KV_BYTES_VARIABLE, "").strip()
+            if budget:
+                options.setdefault("max_kv_bytes", budget)
         elif tier_options:
             if "tiers" in options:
                 raise ConfigurationError("give tiers=TierSettings(...) or its fields, not both")
@@ -89,6 +94,8 @@ class VisionCacheSettings:
     def from_args(cls, args: argparse.Namespace, model_path: str | None) -> VisionCacheSettings:
         """Settings from the flags `add_arguments` defined (``args.vision_cache_*``)."""
         values = {name: getattr(args, f"vision_cache_{name}") for name in _OWN_FLAGS}
+        if values["max_kv_bytes"] is None:  # the flag, else the environment, else the default
+            values["max_kv_bytes"] = os.environ.get(MAX_KV_BYTES_VARIABLE, "").strip() or _MAX_KV_BYTES
         salt_variable = getattr(args, "vision_cache_salt_env", None)
         if salt_variable is not None:
             if values["salt"] is not None:
@@ -127,6 +134,7 @@ class VisionCacheSettings:
         )
 
 
+_MAX_KV_BYTES = VisionCacheSettings.max_kv_bytes
 _TIER_FIELDS = frozenset(item.name for item in fields(TierSettings)) - {"secret_setting"}
 _OWN_FLAGS = tuple(
     item.name
@@ -181,6 +189,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         flag + "max-handle-bytes",
         default=defaults.max_handle_bytes,
         help="memory budget of the image bytes kept for handles (the tiers keep them too)",
+    )
+    group.add_argument(
+        flag + "max-kv-bytes",
+        help=f"budget of the image-aware KV prefixes kept in the tiers, e.g. 20GiB (least recently used "
+        f"evicted; 0: none kept; default: ${MAX_KV_BYTES_VARIABLE}, else {defaults.max_kv_bytes})",
     )
     group.add_argument(
         flag + "no-handles",

@@ -26,6 +26,7 @@ from visioncache.integrations.mlx_vlm.families import Exactness, Family, Feed
 from visioncache.integrations.vllm_mlx.covered import ImageLayouts, covered_images, layout_of, stand_in
 from visioncache.integrations.vllm_mlx.images import materialise, resolve_images
 from visioncache.integrations.vllm_mlx.kv_keys import PrefixKey, prefix_key
+from visioncache.integrations.vllm_mlx.kv_tiers import KVTiers
 from visioncache.integrations.vllm_mlx.protocols import BatchRequest
 from visioncache.integrations.vllm_mlx.stats import EngineStats
 
@@ -50,6 +51,7 @@ class EngineState:
     stats: EngineStats = field(default_factory=EngineStats)
     handles: Handles | None = None  # the installation's image handles (None: handles off)
     layouts: ImageLayouts = field(default_factory=ImageLayouts)  # by digest, for covered images
+    kv_tiers: KVTiers | None = None  # image-aware KV prefixes in the tiers (None: not kept there)
 
 
 @dataclass

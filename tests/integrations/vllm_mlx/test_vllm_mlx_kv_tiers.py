@@ -1,0 +1,155 @@
+"""Image-aware KV prefixes in the tiers (#32): a running chat continues on a restarted server (same
+disk tier) or on another server (same Redis) by prefilling only its new tail, with stock vllm-mlx's
+tokens and top log-probs; the KV disk tier stays within ``--vision-cache-max-kv-bytes``; a
+damaged KV blob is recomputed, never served; another tenant gets none. Real servers (vllm-mlx's
+OpenAI server on mlx-cpu, the tiny random-weight Qwen2-VL), the real ``openai`` client, a real
+redis-server.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integrations.vllm_mlx.chat import Conversation, Reply, client_for, image_url
+from tests.integrations.vllm_mlx.test_vllm_mlx_server import Recording, engine_stats, scrape
+from tests.support.vllm_mlx_server import ServerProcess
+from tests.tiers.conftest import RedisProcess, redis_process_factory, redis_server
+from visioncache.integrations.vllm_mlx.kv_tiers import KV_DIRECTORY
+from visioncache.tiers import DiskTier
+
+pytestmark = pytest.mark.slow
+
+__all__ = ["redis_process_factory", "redis_server"]  # the fixtures this module uses
+
+# A chat of three turns: two images, one in each of the first two turns, then a text-only turn.
+TURNS = (("describe the image", (0,)), ("compare the image and the picture", (1,)), ("and now?", ()))
+SECRET_VARIABLE = "VC_KV_TEST_SECRET"
+
+
+def send_turns(server: ServerProcess, chat: Conversation, turns: Any, images: list[str]) -> list[tuple[Reply, int]]:
+    """Each turn's reply, and the KV tokens the server reused for it."""
+    client, results = client_for(server.base_url), []
+    for text, picks in turns:
+        before = engine_stats(server).get("kv_tokens_reused", 0)
+        reply = chat.send(client, text, *[images[index] for index in picks])
+        results.append((reply, engine_stats(server).get("kv_tokens_reused", 0) - before))
+    return results
+
+
+def stock_chat(server: ServerProcess, images: list[str]) -> tuple[list[Reply], list[dict[str, Any]]]:
+    """The whole chat on the stock server: its replies and recorded tokens (with top log-probs)."""
+    recording = Recording(server)
+    replies = [reply for reply, _ in send_turns(server, Conversation(), TURNS, images)]
+    return replies, recording.tokens()
+
+
+def continued(
+    first: ServerProcess, second: ServerProcess, images: list[str], *, stop_first: bool = True
+) -> tuple[list[tuple[Reply, int]], list[dict[str, Any]], dict[str, Any]]:
+    """Turns 1-2 on ``first``, turn 3 on ``second`` (started after ``first`` wrote behind);
+    every turn's (reply, KV tokens reused), the tokens both recorded, and ``second``'s stats."""
+    chat, tokens = Conversation(), []
+    with first:
+        recording = Recording(first)
+        results = send_turns(first, chat, TURNS[:2], images)
+        tokens += recording.tokens()
+        if not stop_first:  # its writes flushed: the other server may read them now
+            wait_for_writes(first)
+            return _on_second(second, chat, images, results, tokens)
+    return _on_second(second, chat, images, results, tokens)
+
+
+def _on_second(
+    second: ServerProcess,
+    chat: Conversation,
+    images: list[str],
+    results: list[tuple[Reply, int]],
+    tokens: list[dict[str, Any]],
+) -> tuple[list[tuple[Reply, int]], list[dict[str, Any]], dict[str, Any]]:
+    with second:
+        recording = Recording(second)
+        results += send_turns(second, chat, TURNS[2:], images)
+        tokens += recording.tokens()
+        return results, tokens, engine_stats(second) | {"towers": recording.towers()}
+
+
+def wait_for_writes(server: ServerProcess, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while engine_stats(server)["kv_tier_writes_pending"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_stats(server)["kv_tier_writes_pending"] == 0
+
+
+def kv_disk(tier: Path) -> DiskTier:
+    return DiskTier(tier / KV_DIRECTORY)
+
+
+def test_restart_on_the_same_disk_tier_prefills_only_the_new_tail_and_matches_stock(
+    stock_server: ServerProcess, model_dir: Path, tmp_path: Path
+) -> None:
+    images = [image_url(900), image_url(901)]
+    stock_replies, stock_tokens = stock_chat(stock_server, images)
+    flags = ["--vision-cache-disk-dir", str(tmp_path / "tier"), "--enable-metrics"]
+    first = ServerProcess("visioncache", model_dir, tmp_path / "first", *flags)
+    restarted = ServerProcess("visioncache", model_dir, tmp_path / "restarted", *flags)  # a fresh HOME
+    results, tokens, stats = continued(first, restarted, images)
+    replies = [reply for reply, _ in results]
+    assert replies == stock_replies
+    assert len(tokens) == len(stock_tokens) > 0 and all("top" in entry for entry in tokens)
+    assert tokens == stock_tokens  # greedy tokens and top-5 log-probs, bit for bit
+    # The restarted server's first request reused the whole previous turn: only its tail prefilled.
+    reused = results[2][1]
+    assert reused >= replies[1].prompt_tokens, (reused, replies)
+    assert stats["kv_tier_restores"] == 1 and stats["kv_tier_tokens_restored"] >= replies[1].prompt_tokens
+    assert stats["towers"] == [] and stats["kv_tier_corrupt"] == 0
+    assert 0 < stats["kv_tier_bytes"] <= stats["kv_tier_max_bytes"] == 2**30
+
+
+def test_a_second_server_sharing_redis_prefills_only_the_new_tail(
+    stock_server: ServerProcess, model_dir: Path, tmp_path: Path, redis_server: RedisProcess
+) -> None:
+    images = [image_url(910), image_url(911)]
+    stock_replies, stock_tokens = stock_chat(stock_server, images)
+    flags = ["--vision-cache-redis-url", redis_server.url, "--vision-cache-redis-prefix", "vc-kv-test:"]
+    flags += ["--vision-cache-hmac-secret-env", SECRET_VARIABLE]
+    environment = {SECRET_VARIABLE: "kv-secret"}
+    first = ServerProcess("visioncache", model_dir, tmp_path / "a", *flags, environment=environment)
+    second = ServerProcess("visioncache", model_dir, tmp_path / "b", *flags, environment=environment)
+    results, tokens, stats = continued(first, second, images, stop_first=False)
+    replies = [reply for reply, _ in results]
+    assert replies == stock_replies and tokens == stock_tokens
+    assert results[2][1] >= replies[1].prompt_tokens, results
+    assert stats["kv_tier_restores"] == 1 and stats["towers"] == []
+
+
+def test_a_corrupted_kv_blob_on_disk_is_recomputed_never_served(
+    stock_server: ServerProcess, model_dir: Path, tmp_path: Path
+) -> None:
+    images = [image_url(920), image_url(921)]
+    stock_replies, stock_tokens = stock_chat(stock_server, images)
+    flags = ["--vision-cache-disk-dir", str(tmp_path / "tier")]
+    chat = Conversation()
+    with ServerProcess("visioncache", model_dir, tmp_path / "first", *flags) as first:
+        results = send_turns(first, chat, TURNS[:2], images)
+    tier = kv_disk(tmp_path / "tier")
+    entries = [key for key in tier.keys() if key.startswith("kv/")]
+    assert len(entries) == 1  # the chat's latest prefix (its first turn's was superseded)
+    for key in entries:  # one bit flipped in the middle of the layers' bytes
+        blob = bytearray(tier.get(key) or b"")
+        blob[len(blob) // 2] ^= 0x01
+        tier.put(key, bytes(blob))
+    tier.close()
+    restarted = ServerProcess("visioncache", model_dir, tmp_path / "restarted", *flags)
+    results, tokens, stats = _on_second(restarted, chat, images, results, [])
+    replies = [reply for reply, _ in results]
+    assert replies == stock_replies
+    assert results[2][1] == 0  # nothing reused: the damaged prefix was recomputed
+    assert stats["kv_tier_corrupt"] == 1 and stats["kv_tier_restores"] == 0
+    assert tokens == stock_tokens[-len(tokens) :]
+    tier = kv_disk(tmp_path / "tier")
+    assert entries[0] not in list(tier.keys())  # deleted: the recomputed prefix replaced it
+    tier.close()
