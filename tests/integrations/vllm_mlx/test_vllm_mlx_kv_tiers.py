@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integrations.vllm_mlx.chat import Conversation, Reply, client_for, image_url
-from tests.integrations.vllm_mlx.test_vllm_mlx_server import Recording, engine_stats, scrape
+from tests.integrations.vllm_mlx.test_vllm_mlx_server import Recording, engine_stats
 from tests.support.vllm_mlx_server import ServerProcess
 from tests.tiers.conftest import RedisProcess, redis_process_factory, redis_server
 from visioncache.integrations.vllm_mlx.kv_tiers import KV_DIRECTORY
@@ -30,7 +30,9 @@ TURNS = (("describe the image", (0,)), ("compare the image and the picture", (1,
 SECRET_VARIABLE = "VC_KV_TEST_SECRET"
 
 
-def send_turns(server: ServerProcess, chat: Conversation, turns: Any, images: list[str]) -> list[tuple[Reply, int]]:
+def send_turns(
+    server: ServerProcess, chat: Conversation, turns: Any, images: list[str]
+) -> list[tuple[Reply, int]]:
     """Each turn's reply, and the KV tokens the server reused for it."""
     client, results = client_for(server.base_url), []
     for text, picks in turns:
@@ -88,6 +90,12 @@ def kv_disk(tier: Path) -> DiskTier:
     return DiskTier(tier / KV_DIRECTORY)
 
 
+def kv_entries(tier: DiskTier) -> list[str]:
+    """The KV prefixes a KV disk tier holds (not their block pointers)."""
+    stored = list(tier.keys())
+    return [key for key in stored if key.startswith("kv/")]
+
+
 def test_restart_on_the_same_disk_tier_prefills_only_the_new_tail_and_matches_stock(
     stock_server: ServerProcess, model_dir: Path, tmp_path: Path
 ) -> None:
@@ -136,7 +144,7 @@ def test_a_corrupted_kv_blob_on_disk_is_recomputed_never_served(
     with ServerProcess("visioncache", model_dir, tmp_path / "first", *flags) as first:
         results = send_turns(first, chat, TURNS[:2], images)
     tier = kv_disk(tmp_path / "tier")
-    entries = [key for key in tier.keys() if key.startswith("kv/")]
+    entries = kv_entries(tier)
     assert len(entries) == 1  # the chat's latest prefix (its first turn's was superseded)
     for key in entries:  # one bit flipped in the middle of the layers' bytes
         blob = bytearray(tier.get(key) or b"")
@@ -151,5 +159,50 @@ def test_a_corrupted_kv_blob_on_disk_is_recomputed_never_served(
     assert stats["kv_tier_corrupt"] == 1 and stats["kv_tier_restores"] == 0
     assert tokens == stock_tokens[-len(tokens) :]
     tier = kv_disk(tmp_path / "tier")
-    assert entries[0] not in list(tier.keys())  # deleted: the recomputed prefix replaced it
+    assert entries[0] not in kv_entries(tier)  # deleted
+    tier.close()
+
+
+def test_kv_bytes_on_disk_never_exceed_the_budget(model_dir: Path, tmp_path: Path) -> None:
+    """Six chats' prefixes (~100 KiB each for the tiny model) into a 256 KiB budget: after each
+    write the KV disk tier holds at most the budget, least recently used prefixes evicted; the
+    embedding entries live in the disk tier's own directory and budget."""
+    budget = 256 * 1024
+    flags = ["--vision-cache-disk-dir", str(tmp_path / "tier"), "--vision-cache-max-kv-bytes", "256KiB"]
+    chats = 6
+    with ServerProcess("visioncache", model_dir, tmp_path / "server", *flags) as server:
+        for index in range(chats):
+            send_turns(server, Conversation(), TURNS[:1], [image_url(930 + index)])
+            wait_for_writes(server)
+            stats = engine_stats(server)
+            assert 0 < stats["kv_tier_bytes"] <= stats["kv_tier_max_bytes"] == budget, (index, stats)
+    assert stats["kv_tier_writes"] == chats and stats["kv_tier_writes_skipped"] == 0
+    tier = kv_disk(tmp_path / "tier")
+    sizes, kept = tier.sizes(), kv_entries(tier)
+    tier.close()
+    assert sizes.bytes is not None and sizes.bytes <= budget
+    assert 0 < len(kept) < chats  # some evicted
+    files = sum(path.stat().st_size for path in (tmp_path / "tier" / KV_DIRECTORY).rglob("*.val"))
+    assert 3 * files > 2 * budget / 2 and files <= budget  # the value files themselves, on disk
+
+
+def test_another_tenant_restarted_on_the_same_disk_tier_gets_no_kv(
+    stock_server: ServerProcess, model_dir: Path, tmp_path: Path
+) -> None:
+    images = [image_url(940), image_url(941)]
+    stock_replies, stock_tokens = stock_chat(stock_server, images)
+    flags = ["--vision-cache-disk-dir", str(tmp_path / "tier"), "--vision-cache-salt-env", SECRET_VARIABLE]
+    first = ServerProcess(
+        "visioncache", model_dir, tmp_path / "a", *flags, environment={SECRET_VARIABLE: "a"}
+    )
+    other = ServerProcess(
+        "visioncache", model_dir, tmp_path / "b", *flags, environment={SECRET_VARIABLE: "b"}
+    )
+    results, tokens, stats = continued(first, other, images)
+    assert [reply for reply, _ in results] == stock_replies and tokens == stock_tokens
+    assert results[2][1] == 0  # tenant b's first request reused nothing of tenant a's chat
+    assert stats["kv_tier_restores"] == 0 and stats["kv_tier_misses"] >= 1
+    assert stats["kv_tier_corrupt"] == 0  # a's prefix is not b's to read: a miss, not damage
+    tier = kv_disk(tmp_path / "tier")
+    assert len(kv_entries(tier)) == 2  # a's prefix stays, beside b's
     tier.close()
