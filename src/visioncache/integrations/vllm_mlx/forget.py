@@ -4,7 +4,8 @@ The handle is opened under the caller's tenant (another tenant's handle is unkno
 everything the server keeps for that image under that tenant goes: its features and pixel values
 in memory and in every tier (`VisionEmbeddingCache.discard_images`, writes still queued flushed
 first), the KV prefixes whose keys hold the image (an image run's ids derive from the namespace,
-the tenant, the digest and the run's first position: `kv_keys.image_run_ids`), and the kept bytes
+the tenant, the digest and the run's first position: `kv_keys.image_run_ids`; in the tiers, all
+of the tenant's prefixes: `kv_tiers.KVTiers.forget`), and the kept bytes
 its handle resolves to. The next request naming the image encodes it again; the handle itself
 answers 410 until the image is uploaded again. Other tenants' copies of the same image are not
 touched (they are not this tenant's to delete, and their keys cannot be told apart anyway).
@@ -53,6 +54,9 @@ def forget_image(installation: ServerHost, handle: str) -> dict[str, Any]:
     for prefix_cache in installation.prefix_caches:
         for state in installation.engines.values():
             kv += forget_kv(prefix_cache, state.cache.namespace, tenant, digest)
+    for state in installation.engines.values():
+        if state.kv_tiers is not None:  # the tenant's prefixes in the tiers (`KVTiers.forget`)
+            kv += state.kv_tiers.forget(tenant)
     kept = handles.kept.discard_images(item)
     return {
         "object": "visioncache.image.deleted",

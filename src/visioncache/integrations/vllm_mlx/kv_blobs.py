@@ -1,15 +1,16 @@
 """A KV prefix as the tiers keep it: its key's ids, its tier keys, and its layers as an array tree.
 
 An entry is the KV of one image-aware key (`kv_keys.prefix_key`: namespace, tenant, image
-digests and positions are in its ids), stored under ``kv/<namespace tag>/<entry id>``, the
-entry id a blake3 digest of the namespace and every id of the key: never a name. Its value is a
+digests and positions are in its ids), stored under ``kv/<tag>/<entry id>``, the tag naming the
+namespace and the tenant, the entry id a blake3 digest of the namespace and every id of the key:
+never a name. Its value is a
 plain tree (the key's ids as int64, then each layer's keys and values at their exact dtype),
 written by the tiers' own verified format (`visioncache.tiers`: safetensors behind a blake3 or
 HMAC digest of the key and every byte; never pickle).
 
 A tier answers exact keys, and a prompt usually extends a stored key (the next turn of a chat) or
 shares only its beginning with one. So each entry is also indexed by every multiple of `BLOCK`
-ids of its key: a pointer at ``kvp/<namespace tag>/<chain digest of the first k blocks>`` names
+ids of its key: a pointer at ``kvp/<tag>/<chain digest of the first k blocks>`` names
 the entry. A prompt asks for the pointers of its own block prefixes (one batched read) and loads
 the entry of the longest one found; the engine's own cache then matches the entry's key against
 the prompt token by token, as it matches entries it computed.
@@ -47,9 +48,11 @@ _ENTRY_DOMAIN = "visioncache vllm-mlx KV entry v1"
 _BLOCK_DOMAIN = b"visioncache vllm-mlx KV blocks v1"
 
 
-def namespace_tag(namespace: str) -> str:
-    """The short tag of ``namespace`` in tier keys (its full name goes in the tiers' namespace record)."""
-    return "kv" + fingerprint([_ENTRY_DOMAIN, namespace], hex_chars=32)
+def namespace_tag(namespace: str, tenant: str | bytes | None) -> str:
+    """The short tag of ``namespace`` and a tenant in tier keys (it reveals neither; the
+    namespace's full name goes in the tiers' namespace record): one tenant's prefixes can be
+    found, and dropped, without reading any."""
+    return "kv" + fingerprint([_ENTRY_DOMAIN, namespace, tenant or b""], hex_chars=32)
 
 
 def _ids(key: Sequence[int]) -> bytes:

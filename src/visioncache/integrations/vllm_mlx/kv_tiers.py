@@ -15,12 +15,14 @@ positions; every blob is verified before it is parsed (blake3, or HMAC with the 
 `visioncache.tiers`), a damaged one is deleted and missed, so it is recomputed, never served;
 the disk tier's bytes stay within ``max_kv_bytes`` (plus the disk tier's 1 MiB of SQLite log). An
 entry that a longer stored key extends is deleted (as vllm-mlx drops an entry's prefixes from
-memory when it stores it): a chat keeps one entry, its latest.
+memory when it stores it): a chat keeps one entry, its latest. A DELETE of an image drops its
+tenant's prefixes from the tiers (`KVTiers.forget`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +44,8 @@ from visioncache.tiers import TierChain, TierSettings
 from visioncache.trees import parse_byte_size
 
 __all__ = ["KVTierCollector", "KVTierStats", "KVTiers", "build_kv_tiers", "kv_tier_settings"]
+
+logger = logging.getLogger(__name__)
 
 KV_DIRECTORY = "kv"  # under the disk tier's directory: its own diskcache, its own budget
 KV_REDIS_PREFIX = "kv:"  # after the Redis tier's prefix
@@ -71,35 +75,50 @@ class KVTiers:
         self.namespace = namespace
         self.max_bytes = max_bytes
         self.counts = KVTierStats()
-        self._tag = namespace_tag(namespace)
-        chain.register_namespace(self._tag, namespace)
+        self._tags: dict[str | bytes | None, str] = {}  # by tenant
         self._known: OrderedDict[str, dict[str, int]] = OrderedDict()  # first block -> entry -> length
         self._lock = forking.lock()  # a leaf: only `_known`'s own operations run under it
 
-    def save(self, key: Sequence[int], cache: Sequence[Any]) -> bool:
+    def _tag(self, tenant: str | bytes | None) -> str:
+        """The tag of this namespace and ``tenant`` in tier keys (its namespace recorded once)."""
+        with self._lock:
+            tag = self._tags.get(tenant)
+            if tag is None:
+                tag = self._tags[tenant] = namespace_tag(self.namespace, tenant)
+                self.chain.register_namespace(tag, self.namespace)
+            return tag
+
+    def save(self, key: Sequence[int], cache: Sequence[Any], tenant: str | bytes | None) -> bool:
         """Write the KV ``cache`` of ``key`` behind (its layers copied to host memory now, on the
         caller's thread, where MLX evaluates them); returns whether it was queued.
 
         Args:
             key: the image-aware key the engine stored ``cache`` under.
             cache: one layer cache per model layer, holding ``len(key)`` positions.
+            tenant: the request's tenant secret (its key's first id derives from it already).
         """
-        tree = tree_from_cache(key, cache)
+        tree, tag = tree_from_cache(key, cache), self._tag(tenant)
         entry = entry_id(self.namespace, key)
-        if tree is None or not self.chain.save_entry(entry_key(self._tag, entry), tree, 0.0):
+        if tree is None or not self.chain.save_entry(entry_key(tag, entry), tree, 0.0):
             self.counts.kv_tier_writes_skipped += 1
             return False
         blocks = block_digests(self.namespace, key)
         for _, digest in blocks:  # queued after the entry: a pointer never lands before it
-            self.chain.save_entry(pointer_key(self._tag, digest), {"entry": entry, "length": len(key)}, 0.0)
+            self.chain.save_entry(pointer_key(tag, digest), {"entry": entry, "length": len(key)}, 0.0)
         self.counts.kv_tier_writes += 1
         if blocks:
             for older in self._remember(blocks[0][1], entry, len(key), key):
-                self.chain.delete(entry_key(self._tag, older))
+                self.chain.delete(entry_key(tag, older))
                 self.counts.kv_tier_superseded += 1
         return True
 
-    def restore(self, key: Sequence[int], have: int, store: Callable[[list[int], list[Any]], bool]) -> int:
+    def restore(
+        self,
+        key: Sequence[int],
+        have: int,
+        store: Callable[[list[int], list[Any]], bool],
+        tenant: str | bytes | None,
+    ) -> int:
         """Put into the engine's cache (``store``) the stored entry that shares the most whole
         blocks of ``key``, if that is more than the ``have`` ids the engine's cache shares already.
 
@@ -107,6 +126,7 @@ class KVTiers:
             key: the prompt's image-aware key.
             have: how many of its first ids the engine's cache shares with a stored key.
             store: the engine cache's ``store(key, cache)``; False: it refused the entry.
+            tenant: the request's tenant secret.
 
         Returns:
             How many of ``key``'s first ids the restored entry shares (0: nothing restored).
@@ -114,7 +134,8 @@ class KVTiers:
         blocks = block_digests(self.namespace, key, start=have)
         if not blocks:
             return 0
-        pointers = self.chain.load_entries([pointer_key(self._tag, digest) for _, digest in blocks])
+        tag = self._tag(tenant)
+        pointers = self.chain.load_entries([pointer_key(tag, digest) for _, digest in blocks])
         tried: set[str] = set()
         for (length, _), found in reversed(list(zip(blocks, pointers, strict=True))):
             target = found[0] if found is not None else None
@@ -122,7 +143,7 @@ class KVTiers:
             if not isinstance(entry, str) or entry in tried:
                 continue
             tried.add(entry)
-            restored = self._load(entry, key, length, store)
+            restored = self._load(tag, entry, key, length, store)
             if restored:
                 return restored
             if len(tried) >= _TRIES:
@@ -131,10 +152,15 @@ class KVTiers:
         return 0
 
     def _load(
-        self, entry: str, key: Sequence[int], length: int, store: Callable[[list[int], list[Any]], bool]
+        self,
+        tag: str,
+        entry: str,
+        key: Sequence[int],
+        length: int,
+        store: Callable[[list[int], list[Any]], bool],
     ) -> int:
         """Read ``entry`` and give it to ``store``; how many ids of ``key`` it shares (0: none)."""
-        loaded = self.chain.load_entry(entry_key(self._tag, entry))
+        loaded = self.chain.load_entry(entry_key(tag, entry))
         if loaded is None:  # evicted since, or damaged (the chain counted and deleted it)
             return 0
         restored = cache_from_tree(loaded[0], self.namespace, entry)
@@ -172,6 +198,36 @@ class KVTiers:
             while len(self._known) > _KNOWN_CHATS:
                 self._known.popitem(last=False)
         return extended
+
+    def forget(self, tenant: str | bytes | None, timeout: float = 30.0) -> int:
+        """Drop every prefix of ``tenant`` in this namespace from every tier (queued writes
+        flushed first), for a DELETE of one of its images: the tiers cannot tell which prefixes
+        hold the image without reading them all, so the tenant's next turns prefill whole once.
+
+        Args:
+            tenant: the tenant secret whose prefixes go.
+            timeout: seconds to wait for queued writes first.
+
+        Returns:
+            How many stored prefixes (not counting their block pointers) were removed.
+        """
+        self.chain.flush(timeout)
+        tag = self._tag(tenant)
+        prefixes = (entry_key(tag, ""), pointer_key(tag, ""))
+        removed = 0
+        for tier in self.chain.tiers:
+            try:
+                stored = list(tier.keys())
+                names = [name for name in stored if name.startswith(prefixes)]
+                for name in names:
+                    tier.delete(name)
+            except Exception as error:  # a tier down: its copies stay (they age out by LRU or TTL)
+                logger.warning("KV tier %s: could not drop a tenant's prefixes: %r", tier.name, error)
+                continue
+            removed += sum(name.startswith(prefixes[0]) for name in names)
+        with self._lock:
+            self._known.clear()
+        return removed
 
     def stats(self) -> dict[str, int]:
         """The counters, plus the tiers': bytes and entries of the disk tier (0 without one), its

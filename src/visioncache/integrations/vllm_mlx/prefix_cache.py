@@ -67,19 +67,23 @@ class ImageAwarePrefixCache:
         (ids that are not the selected request's: answer as a miss)."""
         selected = _selected()
         if selected is None:
-            salt = getattr(_selection, "salt", _OWN_SALT)
-            return list(tenant_key(tokens, self._salt if isinstance(salt, _OwnSalt) else salt))
+            return list(tenant_key(tokens, self._tenant()))
         count = len(tokens)
         if count > len(selected.token_ids) or tuple(tokens) != selected.token_ids[:count]:
             return None
         return list(selected.key[:count])
+
+    def _tenant(self) -> str | bytes | None:
+        """The selected request's tenant secret (this wrapper's own salt if none was selected)."""
+        salt = getattr(_selection, "salt", _OWN_SALT)
+        return self._salt if isinstance(salt, _OwnSalt) else salt
 
     def fetch(self, tokens: list[int]) -> tuple[Any, list[int]]:
         key = self._key(tokens)
         if key is None:
             return None, tokens
         if self._tiers is not None and _selected() is not None:  # what memory lacks, from the tiers
-            self._tiers.restore(key, self._shared(key), self._inner.store)
+            self._tiers.restore(key, self._shared(key), self._inner.store, self._tenant())
         cache, remaining = self._inner.fetch(key)
         selected = _selected()
         if selected is None:
@@ -134,7 +138,7 @@ class ImageAwarePrefixCache:
         if stored and self._tiers is not None and _selected() is not None:  # an image-aware key
             key = self._key(tokens)
             if key is not None:
-                self._tiers.save(key, cache)
+                self._tiers.save(key, cache, self._tenant())
         return stored
 
     def prepare_store(self, tokens: list[int], cache: Any, auxiliary: dict[str, Any] | None = None) -> Any:
