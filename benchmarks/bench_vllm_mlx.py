@@ -3,6 +3,8 @@
     python benchmarks/bench_vllm_mlx.py [--users 3] [--turns 4] [--image-size 448] [--max-tokens 8]
                                         [--family qwen2_vl | --model DIR] [--system-repeat 1]
                                         [--json PATH]
+    python benchmarks/bench_vllm_mlx.py --long [--chats 4] [--turns 6] [--images 3]
+                                        [--question-words 300] [--long-system-repeat 40]
 
 Both servers are vllm-mlx 0.6.0's real server (``--continuous-batching --mllm``) in their own
 process on loopback, serving the same model (default: a tiny random-weight checkpoint of
@@ -16,6 +18,9 @@ Per turn it prints, for each server: images through the vision tower (counted in
 prefill tokens computed (prompt tokens minus the KV tokens the engine reused, from its
 ``/v1/cache/stats``), and time to first token p50 / p95 (first streamed token, client side).
 It exits 1 if the two servers' greedy tokens or top-5 log-probs differ anywhere.
+
+``--long`` runs long concurrent chats instead, on stock, serve-mlx, and serve-mlx restarted on its
+warm disk tier (`_long_chats`: KV prefixes kept in the tiers, #32).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: t
 
 from openai import OpenAI
 
+import _long_chats as long_chats
 from tests.support.mlx_model_dir import FAMILIES, save_model_dir
 from tests.support.vllm_mlx_server import ServerProcess
 from visioncache.bench.workload import ANSWER, Request, Workload, build_workload, sample_images
@@ -112,7 +118,10 @@ def main() -> int:
         "a tiny model with few tokens per image, e.g. gemma4's 16, needs a longer one)",
     )
     parser.add_argument("--json", metavar="PATH", help="write every per-request measurement as JSON")
+    long_chats.add_arguments(parser)
     args = parser.parse_args()
+    if args.long:  # --turns, --image-size, --max-tokens, --family and --model apply there too
+        return long_chats.long_main(args, model_directory, warm_up)
     workload = build_workload(args.users, args.turns, args.image_size)
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)

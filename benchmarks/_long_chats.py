@@ -1,0 +1,178 @@
+"""``bench_vllm_mlx.py --long``: long image chats, stock vs serve-mlx vs serve-mlx restarted (#32).
+
+``--chats`` chats run concurrently (one request per chat per turn, sent together), each with a long
+system prompt (``--system-repeat``), an image in each of its first ``--images`` turns (2 to 4
+distinct images per chat) and a ``--question-words``-word question every turn, for ``--turns``
+turns, the whole history re-sent (canned answers, so every server gets the same requests). Three
+servers in turn, each on its own: stock vllm-mlx; ``visioncache serve-mlx`` with a disk tier; and
+``serve-mlx`` started again on that (now warm) disk tier with nothing else kept (a fresh HOME),
+which sends the same chats again: what a restart offers to running chats. Per turn: time to first
+token (p50, max over the chats), prefill tokens computed (prompt tokens minus the KV tokens the
+engine reused), images through the tower; and the KV bytes on disk after each serve-mlx run.
+Exits 1 if the servers' greedy tokens or top-5 log-probs differ for any request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from openai import OpenAI
+
+from tests.support.vllm_mlx_server import ServerProcess
+from visioncache.bench.workload import ANSWER, sample_images
+
+from _timing import print_table
+
+SYSTEM = "You are a helpful assistant. Look at the images the user sends and answer in a few words."
+WORDS = ("light", "shadow", "colour", "edge", "shape", "texture", "corner", "middle", "pattern", "tone")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--long")
+    group.add_argument("--long", action="store_true", help="the long concurrent chats (this module)")
+    group.add_argument("--chats", type=int, default=4)
+    group.add_argument("--images", type=int, default=3, help="images per chat (2 to 4), one per turn")
+    group.add_argument("--question-words", type=int, default=300)
+    group.add_argument("--long-system-repeat", type=int, default=40)
+
+
+def chat_messages(chat: int, turn: int, images: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Chat ``chat``'s request at ``turn`` (1-based): its whole history, canned answers."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": " ".join([SYSTEM] * args.long_system_repeat)}
+    ]
+    for index in range(turn):
+        words = [WORDS[(chat + index + n) % len(WORDS)] for n in range(args.question_words)]
+        parts: list[dict[str, Any]] = []
+        if index < args.images:
+            parts.append({"type": "image_url", "image_url": {"url": images[chat * args.images + index]}})
+        parts.append({"type": "text", "text": f"chat {chat} turn {index}: " + " ".join(words) + "?"})
+        messages.append({"role": "user", "content": parts})
+        if index < turn - 1:
+            messages.append({"role": "assistant", "content": ANSWER})
+    return messages
+
+
+def stream(client: OpenAI, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, float]:
+    started, first, prompt = time.perf_counter(), None, 0
+    response = client.chat.completions.create(
+        model="model",
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=max_tokens,
+        temperature=0.0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    for chunk in response:
+        if first is None and chunk.choices and chunk.choices[0].delta.content is not None:
+            first = time.perf_counter() - started
+        if chunk.usage is not None:
+            prompt = chunk.usage.prompt_tokens
+    return {"ttft": first if first is not None else time.perf_counter() - started, "prompt": prompt}
+
+
+def saved(server: ServerProcess) -> int:
+    value: int = server.get_json("/v1/cache/stats")["engine_cache"]["prefix_cache"]["tokens_saved"]
+    return value
+
+
+def run_server(
+    server: ServerProcess, images: list[str], args: argparse.Namespace, warm_up: Any
+) -> tuple[list[dict[str, Any]], dict[str, list[Any]], dict[str, Any]]:
+    """Every turn's measurements, the tokens recorded by request, and the engine's stats."""
+    with server:
+        warm_up(server, args.image_size)
+        client = OpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=600)
+        turns = []
+        for turn in range(1, args.turns + 1):
+            towers, before = len(server.records("tower")), saved(server)
+            with ThreadPoolExecutor(args.chats) as pool:
+                measured = list(
+                    pool.map(
+                        lambda chat, turn=turn: stream(
+                            client, chat_messages(chat, turn, images, args), args.max_tokens
+                        ),
+                        range(args.chats),
+                    )
+                )
+            prompt = sum(entry["prompt"] for entry in measured)
+            turns.append(
+                {
+                    "turn": turn,
+                    "ttfts": [entry["ttft"] for entry in measured],
+                    "prompt": prompt,
+                    "prefill": prompt - (saved(server) - before),
+                    "tower": sum(entry["images"] for entry in server.records("tower")[towers:]),
+                }
+            )
+        stats = server.get_json("/v1/cache/stats")["engine_cache"]
+        tokens: dict[str, list[Any]] = {}
+        for entry in server.records("token"):
+            tokens.setdefault(entry["key"], []).append([entry["token"], entry.get("top")])
+    return turns, tokens, stats
+
+
+def long_main(args: argparse.Namespace, model_directory: Any, warm_up: Any) -> int:
+    if not 2 <= args.images <= 4 or args.images > args.turns:
+        raise SystemExit("--images: 2 to 4, at most --turns")
+    pictures = [url for _, url in sample_images(args.image_size, generated_images=args.chats * args.images)]
+    images = pictures[-args.chats * args.images :]
+    results, tokens, stats = {}, {}, {}
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        model_dir = model_directory(args.model, args.family, root)
+        disk = ["--vision-cache-disk-dir", str(root / "tier")]
+        servers = {
+            "stock": ServerProcess("stock", model_dir, root / "stock"),
+            "serve-mlx": ServerProcess("visioncache", model_dir, root / "first", *disk),
+            "restarted": ServerProcess("visioncache", model_dir, root / "restarted", *disk),
+        }
+        for name, server in servers.items():
+            results[name], tokens[name], stats[name] = run_server(server, images, args, warm_up)
+    same = tokens["stock"] == tokens["serve-mlx"] == tokens["restarted"]
+    report(results, stats, args, len(images))
+    print(f"greedy tokens and top-5 log-probs identical to stock: {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
+def report(
+    results: dict[str, list[dict[str, Any]]], stats: dict[str, Any], args: argparse.Namespace, images: int
+) -> None:
+    longest = max(turn["prompt"] for turn in results["stock"]) // args.chats
+    print(
+        f"vllm-mlx 0.6.0 server, {args.chats} concurrent chats x {args.turns} turns, {args.images} images "
+        f"each ({images} distinct, {args.image_size} px), prompts up to ~{longest} tokens; "
+        f"model: {args.model or f'tiny random-weight {args.family}'}"
+    )
+    header = ("turn", "prompt tokens", "prefill tokens", "tower images", "TTFT p50 ms", "TTFT max ms")
+    rows = []
+    names = ("stock", "serve-mlx", "restarted")
+    for index in range(args.turns):
+        cells = [results[name][index] for name in names]
+        rows.append(
+            (
+                str(index + 1),
+                str(cells[0]["prompt"]),
+                " / ".join(str(cell["prefill"]) for cell in cells),
+                " / ".join(str(cell["tower"]) for cell in cells),
+                " / ".join(f"{statistics.median(cell['ttfts']) * 1000:.0f}" for cell in cells),
+                " / ".join(f"{max(cell['ttfts']) * 1000:.0f}" for cell in cells),
+            )
+        )
+    totals = [sum(turn["prefill"] for turn in results[name]) for name in names]
+    rows.append(("all", "", " / ".join(map(str, totals)), "", "", ""))
+    print("stock / serve-mlx / serve-mlx restarted on its warm disk tier")
+    print_table(rows, header)
+    for name in names[1:]:
+        vision = stats[name]["vision_embedding_cache"]
+        print(
+            f"{name}: KV bytes on disk {vision['kv_tier_bytes']} (budget {vision['kv_tier_max_bytes']}), "
+            f"KV prefixes written {vision['kv_tier_writes']}, restored {vision['kv_tier_restores']} "
+            f"({vision['kv_tier_tokens_restored']} tokens), superseded {vision['kv_tier_superseded']}"
+        )
