@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integrations.vllm_mlx.chat import Conversation, Reply, client_for, image_png, image_url
-from tests.integrations.vllm_mlx.test_vllm_mlx_server import Recording, engine_stats
+from tests.integrations.vllm_mlx.test_vllm_mlx_server import Recording, engine_stats, scrape
 from tests.support.vllm_mlx_server import ServerProcess
 from tests.tiers.conftest import RedisProcess, redis_process_factory, redis_server
 from visioncache.integrations.vllm_mlx.kv_tiers import KV_DIRECTORY
@@ -76,7 +76,9 @@ def _on_second(
         recording = Recording(second)
         results += send_turns(second, chat, TURNS[2:], images)
         tokens += recording.tokens()
-        return results, tokens, engine_stats(second) | {"towers": recording.towers()}
+        wait_for_writes(second)  # its stats and metrics then count the same bytes
+        metrics = scrape(second) if "--enable-metrics" in second.command else {}
+        return results, tokens, engine_stats(second) | {"towers": recording.towers(), "metrics": metrics}
 
 
 def wait_for_writes(server: ServerProcess, timeout: float = 60.0) -> None:
@@ -115,6 +117,10 @@ def test_restart_on_the_same_disk_tier_prefills_only_the_new_tail_and_matches_st
     assert stats["kv_tier_restores"] == 1 and stats["kv_tier_tokens_restored"] >= replies[1].prompt_tokens
     assert stats["towers"] == [] and stats["kv_tier_corrupt"] == 0
     assert 0 < stats["kv_tier_bytes"] <= stats["kv_tier_max_bytes"] == 2**30
+    # The same on vllm-mlx's Prometheus endpoint (--enable-metrics).
+    metrics = stats["metrics"]
+    assert metrics["visioncache_vllm_mlx_kv_tier_restores_total", ""] == 1
+    assert metrics["visioncache_vllm_mlx_kv_tier_bytes", ""] == stats["kv_tier_bytes"]
 
 
 def test_a_second_server_sharing_redis_prefills_only_the_new_tail(
