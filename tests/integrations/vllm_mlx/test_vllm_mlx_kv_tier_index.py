@@ -123,3 +123,23 @@ def test_the_kv_chain_has_its_own_disk_folder_budget_and_redis_prefix() -> None:
     assert (settings.disk_dir, settings.disk_max_bytes) == ("/var/cache/vc/kv", 2**20)
     assert settings.redis_prefix == tiers.redis_prefix + "kv:" and settings.redis_url == tiers.redis_url
     assert kv_tier_settings(tiers, 0) is None and kv_tier_settings(TierSettings(), 2**20) is None
+
+
+def test_the_kv_budget_comes_from_the_flag_else_the_environment_else_1gib(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from visioncache import ConfigurationError
+    from visioncache.integrations.vllm_mlx import VisionCacheSettings
+    from visioncache.integrations.vllm_mlx.launcher import build_parser
+
+    def budget(*flags: str) -> str:
+        args = build_parser().parse_args(["--vision-cache-model-id", "m", *flags])
+        return VisionCacheSettings.from_args(args, model_path=None).max_kv_bytes
+
+    monkeypatch.delenv("VISIONCACHE_MAX_KV_BYTES", raising=False)
+    assert budget() == "1GiB"
+    monkeypatch.setenv("VISIONCACHE_MAX_KV_BYTES", "3MiB")
+    assert budget() == "3MiB" and budget("--vision-cache-max-kv-bytes", "0") == "0"
+    assert VisionCacheSettings.from_options(model_id="m", tiers_from_env=True).max_kv_bytes == "3MiB"
+    with pytest.raises(ConfigurationError, match="max_kv_bytes"):
+        budget("--vision-cache-max-kv-bytes", "lots")
