@@ -33,15 +33,6 @@ SYSTEM = "You are a helpful assistant. Look at the images the user sends and ans
 WORDS = ("light", "shadow", "colour", "edge", "shape", "texture", "corner", "middle", "pattern", "tone")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("--long")
-    group.add_argument("--long", action="store_true", help="the long concurrent chats (this module)")
-    group.add_argument("--chats", type=int, default=4)
-    group.add_argument("--images", type=int, default=3, help="images per chat (2 to 4), one per turn")
-    group.add_argument("--question-words", type=int, default=300)
-    group.add_argument("--long-system-repeat", type=int, default=40)
-
-
 def chat_messages(chat: int, turn: int, images: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Chat ``chat``'s request at ``turn`` (1-based): its whole history, canned answers."""
     messages: list[dict[str, Any]] = [

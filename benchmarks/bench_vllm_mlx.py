@@ -118,7 +118,12 @@ def main() -> int:
         "a tiny model with few tokens per image, e.g. gemma4's 16, needs a longer one)",
     )
     parser.add_argument("--json", metavar="PATH", help="write every per-request measurement as JSON")
-    long_chats.add_arguments(parser)
+    group = parser.add_argument_group("--long", "long concurrent chats, restarted on a warm disk tier")
+    group.add_argument("--long", action="store_true", help="run the long chats (benchmarks/_long_chats.py)")
+    group.add_argument("--chats", type=int, default=4)
+    group.add_argument("--images", type=int, default=3, help="images per chat (2 to 4), one per turn")
+    group.add_argument("--question-words", type=int, default=300)
+    group.add_argument("--long-system-repeat", type=int, default=40)
     args = parser.parse_args()
     if args.long:  # --turns, --image-size, --max-tokens, --family and --model apply there too
         return long_chats.long_main(args, model_directory, warm_up)
