@@ -50,6 +50,7 @@ class EngineState:
     stats: EngineStats = field(default_factory=EngineStats)
     handles: Handles | None = None  # the installation's image handles (None: handles off)
     layouts: ImageLayouts = field(default_factory=ImageLayouts)  # by digest, for covered images
+    kv_reuse_refused: str | None = None  # why image prompts reuse no KV (logged once; in the stats)
 
 
 @dataclass
