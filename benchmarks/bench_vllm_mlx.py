@@ -2,7 +2,7 @@
 
     python benchmarks/bench_vllm_mlx.py [--users 3] [--turns 4] [--image-size 448] [--max-tokens 8]
                                         [--family qwen2_vl | --model DIR] [--system-repeat 1]
-                                        [--chunked [N]] [--json PATH]
+                                        [--json PATH]
 
 Both servers are vllm-mlx 0.6.0's real server (``--continuous-batching --mllm``) in their own
 process on loopback, serving the same model (default: a tiny random-weight checkpoint of
@@ -12,12 +12,13 @@ family visioncache serves). The workload is the one of
 several questions about one image. Each request is streamed to the stock server, then the same
 request to the visioncache server, one at a time, so machine noise falls on both alike.
 
+``--chunked [N]`` serves both with ``--chunked-prefill-tokens N`` (256 if N is left out) and
+also prints turn >= 2's prefill tokens and TTFT p50, stock vs visioncache, with their ratios.
+
 Per turn it prints, for each server: images through the vision tower (counted inside the server),
 prefill tokens computed (prompt tokens minus the KV tokens the engine reused, from its
 ``/v1/cache/stats``), and time to first token p50 / p95 (first streamed token, client side).
-It exits 1 if the two servers' greedy tokens or top-5 log-probs differ anywhere. ``--chunked N``
-serves both with ``--chunked-prefill-tokens N`` (256 if N is left out) and prints turn >= 2's
-prefill tokens and TTFT p50, stock vs visioncache, with their ratios.
+It exits 1 if the two servers' greedy tokens or top-5 log-probs differ anywhere.
 """
 
 from __future__ import annotations
@@ -103,6 +104,15 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=448, help="longest side of each image")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument(
+        "--chunked",
+        type=int,
+        nargs="?",
+        const=256,
+        default=0,
+        metavar="N",
+        help="both servers with --chunked-prefill-tokens N (default N: 256)",
+    )
+    parser.add_argument(
         "--family", default="qwen2_vl", help="the tiny random-weight checkpoint's family (e.g. gemma4)"
     )
     parser.add_argument("--model", help="an mlx-vlm model directory (default: the tiny --family one)")
@@ -112,15 +122,6 @@ def main() -> int:
         default=1,
         help="the system prompt this many times (vllm-mlx stores no KV prefix under 128 tokens: "
         "a tiny model with few tokens per image, e.g. gemma4's 16, needs a longer one)",
-    )
-    parser.add_argument(
-        "--chunked",
-        type=int,
-        nargs="?",
-        const=256,
-        default=0,
-        metavar="N",
-        help="both servers with --chunked-prefill-tokens N (default N: 256)",
     )
     parser.add_argument("--json", metavar="PATH", help="write every per-request measurement as JSON")
     args = parser.parse_args()

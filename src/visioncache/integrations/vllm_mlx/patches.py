@@ -139,12 +139,12 @@ def generator_replacements(installation: Host) -> dict[str, Any]:
             return stock_stats(self)  # type: ignore[no-any-return]
         stats = dict(self.vision_cache.get_stats())
         stats.update(state.stats.as_dict())
+        if installation.handles is not None:
+            stats.update(installation.handles.counters())
         refused = state.kv_reuse_refused or (
             None if self.prefix_cache is not None else "--disable-prefix-cache"
         )
         stats["kv_reuse_refused"] = refused  # why image prompts reuse no KV (None: they do)
-        if installation.handles is not None:
-            stats.update(installation.handles.counters())
         return stats
 
     def is_text_only_prefix_cache_request(request: BatchRequest) -> bool:
