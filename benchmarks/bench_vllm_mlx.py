@@ -14,6 +14,9 @@ family visioncache serves). The workload is the one of
 several questions about one image. Each request is streamed to the stock server, then the same
 request to the visioncache server, one at a time, so machine noise falls on both alike.
 
+``--chunked [N]`` serves both with ``--chunked-prefill-tokens N`` (256 if N is left out) and
+also prints turn >= 2's prefill tokens and TTFT p50, stock vs visioncache, with their ratios.
+
 Per turn it prints, for each server: images through the vision tower (counted inside the server),
 prefill tokens computed (prompt tokens minus the KV tokens the engine reused, from its
 ``/v1/cache/stats``), and time to first token p50 / p95 (first streamed token, client side).
@@ -107,6 +110,15 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=448, help="longest side of each image")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument(
+        "--chunked",
+        type=int,
+        nargs="?",
+        const=256,
+        default=0,
+        metavar="N",
+        help="both servers with --chunked-prefill-tokens N (default N: 256)",
+    )
+    parser.add_argument(
         "--family", default="qwen2_vl", help="the tiny random-weight checkpoint's family (e.g. gemma4)"
     )
     parser.add_argument("--model", help="an mlx-vlm model directory (default: the tiny --family one)")
@@ -133,7 +145,10 @@ def main() -> int:
         if args.model is None and args.family not in FAMILIES:
             parser.error(f"--family must be one of {', '.join(FAMILIES)}")
         model_dir = model_directory(args.model, args.family, root)
-        servers = {name: ServerProcess(name, model_dir, root / name) for name in ("stock", "visioncache")}
+        flags = ("--chunked-prefill-tokens", str(args.chunked)) if args.chunked else ()
+        servers = {
+            name: ServerProcess(name, model_dir, root / name, *flags) for name in ("stock", "visioncache")
+        }
         try:
             for server in servers.values():
                 server.start()
@@ -145,6 +160,8 @@ def main() -> int:
             for server in servers.values():
                 server.stop()
     report(results, workload, args)
+    if args.chunked:
+        report_later_turns(results, args.chunked)
     vision = stats["vision_embedding_cache"]
     print(
         f"visioncache, warm-up included: {vision['vision_tower_calls']} tower calls for "
@@ -197,6 +214,7 @@ def report(results: dict[str, list[dict[str, Any]]], workload: Workload, args: a
     print(
         f"vllm-mlx 0.6.0 server, {args.users} users x {args.turns} turns, images {args.image_size} px, "
         f"{workload.images_sent} images sent ({workload.distinct_images_sent} distinct); "
+        f"{f'--chunked-prefill-tokens {args.chunked}; ' if args.chunked else ''}"
         f"model: {args.model or f'tiny random-weight {args.family}'}"
     )
     header = ("turn", "tower images", "prefill tokens", "TTFT p50 ms", "TTFT p95 ms", "TTFT p50 ratio")
@@ -236,6 +254,20 @@ def report(results: dict[str, list[dict[str, Any]]], workload: Workload, args: a
     )
     print("stock -> visioncache")
     print_table(rows, header)
+
+
+def report_later_turns(results: dict[str, list[dict[str, Any]]], chunk: int) -> None:
+    """Turn >= 2 of every chat, stock vs visioncache (both with ``--chunked-prefill-tokens``)."""
+    later = {name: [entry for entry in measured if entry["turn"] >= 2] for name, measured in results.items()}
+    prefill = {name: sum(entry["prefill"] for entry in of_server) for name, of_server in later.items()}
+    ttft = {name: statistics.median(entry["ttft"] * 1000 for entry in m) for name, m in later.items()}
+    print(
+        f"turn >= 2 with --chunked-prefill-tokens {chunk} ({len(later['stock'])} requests each): "
+        f"prefill tokens {prefill['stock']} -> {prefill['visioncache']} "
+        f"({prefill['stock'] / max(prefill['visioncache'], 1):.2f}x fewer), "
+        f"TTFT p50 {ttft['stock']:.0f} -> {ttft['visioncache']:.0f} ms "
+        f"({ttft['stock'] / max(ttft['visioncache'], 1e-9):.2f}x)"
+    )
 
 
 if __name__ == "__main__":

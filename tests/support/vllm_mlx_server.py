@@ -70,6 +70,22 @@ def _count_towers(write: Callable[[dict[str, Any]], None]) -> None:
         tower.__call__ = counted(tower.__call__, images, record)
 
 
+def _count_forwards(write: Callable[[dict[str, Any]], None]) -> None:
+    """Record every forward of Qwen2-VL's decoder stack with the positions it computes (its
+    batch rows and tokens per row): prefill chunks are the calls of one row over more than one
+    token, whoever makes them (vllm-mlx's vision forward, its prefix-hit path, visioncache's feed)."""
+    from mlx_vlm.models.qwen2_vl import language
+
+    forward = language.Qwen2Model.__call__
+
+    def counted_forward(self: Any, inputs: Any, inputs_embeds: Any = None, *args: Any, **options: Any) -> Any:
+        shape = (inputs_embeds if inputs_embeds is not None else inputs).shape
+        write({"kind": "forward", "rows": int(shape[0]), "tokens": int(shape[1])})
+        return forward(self, inputs, inputs_embeds, *args, **options)
+
+    language.Qwen2Model.__call__ = counted_forward  # type: ignore[method-assign]
+
+
 class _CountedHasher:
     """A blake3 hasher whose ``update`` input is recorded."""
 
@@ -127,6 +143,7 @@ def _instrument(record_path: str, engine: str) -> None:
             record.write(json.dumps(entry) + "\n")
 
     _count_towers(write)
+    _count_forwards(write)
     if engine == "visioncache":
         _count_reads(write)
 

@@ -86,7 +86,6 @@ SEAMS: tuple[Seam, ...] = (
     Seam(GENERATOR, "MLLMBatchGenerator.get_vision_cache_stats", "patched"),
     Seam(GENERATOR, "is_text_only_prefix_cache_request", "patched", ("request",)),
     Seam(GENERATOR, "MLLMBatchGenerator._release_preprocessed_inputs", "called", ("request",)),
-    Seam(GENERATOR, "MLLMBatchGenerator._chunked_prefill_budget", "assigned"),  # chunked prefill is on
     Seam(
         GENERATOR,
         "MLLMBatchRequest",

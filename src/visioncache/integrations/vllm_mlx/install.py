@@ -135,17 +135,19 @@ class Installation:
     def _build(self, model: Model, processor: Processor, family: Family, exactness: Exactness) -> EngineState:
         namespace = self.settings.namespace(model, processor)
         kv_reuse = self.settings.kv_reuse and exactness.split_prefill
+        refused = None if kv_reuse else "--vision-cache-no-kv-reuse"
         if self.settings.kv_reuse and not kv_reuse:
-            logger.warning(
-                "visioncache: KV reuse is off for image prompts of this %s model: a prompt prefilled "
-                "as a cached prefix plus a tail does not give one prefill's logits on it (self-check)",
-                model.config.model_type,
+            refused = (
+                f"a prompt prefilled as a cached prefix plus a tail does not give one prefill's "
+                f"logits on this {model.config.model_type} model (self-check)"
             )
+            logger.warning("visioncache: KV reuse is off for image prompts: %s", refused)
         with self._engines_lock:
             state = self.engines.get(namespace)
             if state is None:
                 cache = self.settings.build_cache(namespace)
                 state = EngineState(cache, model, processor, family, self.settings.salt, kv_reuse, exactness)
+                state.kv_reuse_refused = refused
                 state.handles = self.handles
                 if kv_reuse:
                     kv_tiers = build_kv_tiers(self.settings.tiers, self.settings.max_kv_bytes, namespace)

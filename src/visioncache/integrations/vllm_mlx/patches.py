@@ -92,8 +92,9 @@ def generator_replacements(installation: Host) -> dict[str, Any]:
         if state is None:  # a generator built before install: vllm-mlx's own path
             return process(self, requests)
         step = list(requests)  # vllm-mlx removes failed requests from `requests`
-        chunked = hasattr(self, "_chunked_prefill_budget")  # its prefill path keys by token ids only
-        kv_reuse = state.kv_reuse and self.prefix_cache is not None and not chunked
+        # With --chunked-prefill-tokens too: vllm-mlx chunks text-only prompts only, an image
+        # prompt is prefilled here as without it (one forward, its KV stored at its end).
+        kv_reuse = state.kv_reuse and self.prefix_cache is not None
         probe = getattr(self.prefix_cache, "covered", None) if kv_reuse else None
         for tenant, group in installation.by_tenant(step).items():  # each tenant its own keys
             prepare_step(installation.tenant_state(state, tenant), group, kv_reuse=kv_reuse, probe=probe)
@@ -142,6 +143,10 @@ def generator_replacements(installation: Host) -> dict[str, Any]:
             stats.update(state.kv_tiers.stats())
         if installation.handles is not None:
             stats.update(installation.handles.counters())
+        refused = state.kv_reuse_refused or (
+            None if self.prefix_cache is not None else "--disable-prefix-cache"
+        )
+        stats["kv_reuse_refused"] = refused  # why image prompts reuse no KV (None: they do)
         return stats
 
     def is_text_only_prefix_cache_request(request: BatchRequest) -> bool:

@@ -48,6 +48,7 @@ class EngineState:
     salt: str | None
     kv_reuse: bool
     exactness: Exactness
+    kv_reuse_refused: str | None = None  # why image prompts reuse no KV (logged once; in the stats)
     stats: EngineStats = field(default_factory=EngineStats)
     handles: Handles | None = None  # the installation's image handles (None: handles off)
     layouts: ImageLayouts = field(default_factory=ImageLayouts)  # by digest, for covered images
