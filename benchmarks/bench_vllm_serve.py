@@ -148,7 +148,10 @@ def zero_reuse_lines(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     labels = {"median_ttft_ms": "TTFT p50 (ms)", "mean_ttft_ms": "TTFT mean (ms)"}
     labels["request_throughput"] = "throughput (req/s)"
     for figure in FIGURES:
-        cells = "".join(f"{statistics.median(r[figure] for r in runs[name]):>14.1f}" for name in VARIANTS)
+        digits = 2 if figure == "request_throughput" else 1
+        cells = "".join(
+            f"{statistics.median(r[figure] for r in runs[name]):>14.{digits}f}" for name in VARIANTS
+        )
         lines.append(f"{labels[figure]:<28}{cells}")
     cells = "".join(
         f"{sum(r['encoded'] for r in runs[name])}/{sum(r['sent'] for r in runs[name])}".rjust(14)
@@ -318,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         finally:
             redis.stop()
     lines += bench.report()
+    lines.append("")
+    lines.append("load average (1, 5, 15 min) at the end: " + ", ".join(f"{v:.1f}" for v in os.getloadavg()))
     print("\n".join(lines))
     if args.json:
         args.json.write_text(
