@@ -8,13 +8,13 @@ Load it out of tree (the vLLM releases in `versions.SUPPORTED`)::
 
 Keys. An entry is keyed by what the encoder is given for the item (its processed inputs, hashed
 as each request arrives, off the scheduler's critical path: `encoder_inputs`, `arrival_digests`),
-never by vLLM's item identifier, which a client can choose,
-in the item's scope (`item_store`): the deployment's namespace in its weight epoch, the content of
-a LoRA adapter that reaches the encoder (`adapters`), and the request's ``cache_salt`` as its
-tenant. The scheduler also prefixes each item's identifier with its scope's tag the first time it
-sees the item (`scheduled_items`), so vLLM's own encoder cache keeps tenants, adapters and weight
-epochs apart as well. Weight updates inside the running engine are observed where the engine
-receives them (`engine_events`) and move the namespace to a new epoch.
+never by vLLM's item identifier, which a client can choose, in the item's scope (`item_store`):
+the deployment's namespace in its weight epoch, the content of a LoRA adapter that reaches the
+encoder (`adapters`), and the request's ``cache_salt`` as its tenant. The scheduler also prefixes
+each item's identifier with its scope's tag the first time it sees the item (`scheduled_items`),
+so vLLM's own encoder cache keeps tenants, adapters and weight epochs apart as well. Weight
+updates inside the running engine are observed where the engine receives them (`engine_events`)
+and move the namespace to a new epoch.
 
 How the two halves meet. The scheduler half (EngineCore) and the worker half share no memory, so
 the scheduler does the reading: when vLLM asks ``has_cache_item`` for an item it would otherwise
