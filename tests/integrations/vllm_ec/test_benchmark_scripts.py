@@ -8,6 +8,7 @@ outcome functions say what the numbers say, and the faults change the files they
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from benchmarks._vllm_serving import (
 
 def test_quick_changes_the_defaults_and_an_explicit_flag_wins() -> None:
     full = bench_vllm_serve.parse_args([])
-    assert (full.rounds, full.prompts, full.reuse_rounds, full.reuse_requests) == (5, 48, 2, 48)
+    assert (full.rounds, full.prompts, full.reuse_rounds, full.reuse_requests) == (10, 32, 2, 48)
     quick = bench_vllm_serve.parse_args(["--quick", "--rounds", "3"])
     assert (quick.rounds, quick.prompts, quick.reuse_rounds, quick.reuse_requests) == (3, 16, 1, 24)
     assert quick.image_size == (720, 1280) and quick.concurrency == 4
@@ -89,12 +90,23 @@ def runs(alone: list[float], disk: list[float], redis: list[float]) -> dict[str,
     }
 
 
-def test_the_zero_reuse_report_gives_per_round_ratios_and_their_range() -> None:
+def test_the_zero_reuse_report_gives_a_t_interval_of_the_per_round_ratios() -> None:
     table = "\n".join(bench_vllm_serve.zero_reuse_lines(runs([100, 200], [103, 190], [100, 200])))
-    ratios = [103 / 100, 190 / 200]
-    assert f"disk {statistics.median(ratios):.2f}x [0.95-1.03]" in table
-    assert "redis 1.00x [1.00-1.00]" in table
-    assert "8/8" in table  # items encoded / sent, over both rounds
+    logs = [math.log(103 / 100), math.log(190 / 200)]
+    half = 12.706 * statistics.stdev(logs) / math.sqrt(2)  # Student's t(0.975, 1 df)
+    centre, low, high = (math.exp(statistics.fmean(logs) + d) for d in (0, -half, half))
+    assert f"disk   {centre:.3f}x (95% CI {low:.3f}-{high:.3f}; range 0.95-1.03)" in table
+    assert "redis  1.000x (95% CI 1.000-1.000; range 1.00-1.00)" in table
+    assert "over 2 rounds" in table and "8/8" in table  # items encoded / sent, over both rounds
+
+
+def test_the_interval_narrows_with_rounds_and_covers_the_mean() -> None:
+    few = bench_vllm_serve.interval([0.98, 1.02, 1.00])
+    many = bench_vllm_serve.interval([0.98, 1.02, 1.00] * 12)
+    assert few[1] < many[1] < many[0] < many[2] < few[2]
+    assert abs(many[0] - 1) < 0.001
+    assert math.isnan(bench_vllm_serve.interval([1.1])[1])
+    assert bench_vllm_serve.t975(30) == 2.042 and abs(bench_vllm_serve.t975(60) - 2.000) < 0.002
 
 
 def test_the_reuse_report_gives_speedups_over_vllm_alone() -> None:

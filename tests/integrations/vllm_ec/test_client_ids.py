@@ -39,3 +39,5 @@ def test_the_same_image_under_another_client_id_is_found(run_engine: EngineRunne
     alone = run_engine("client-id-a-renamed")["workloads"]["client-id-a-renamed"]
     assert renamed["workloads"]["client-id-a-renamed"]["encoded"] == 0
     assert renamed["workloads"]["client-id-a-renamed"]["outputs"] == alone["outputs"]
+    # Every item was hashed as its request arrived (`arrival_digests`), none on the scheduler's thread.
+    assert renamed["connector"]["lookups"] > 0 and renamed["connector"].get("late_digests", 0) == 0

@@ -7,13 +7,14 @@ Load it out of tree (the vLLM releases in `versions.SUPPORTED`)::
         "ec_connector_extra_config": {"disk_dir": "/var/cache/visioncache", "disk_max_bytes": "20GiB"}}'
 
 Keys. An entry is keyed by what the encoder is given for the item (its processed inputs, hashed
-by the scheduler: `encoder_inputs`), never by vLLM's item identifier, which a client can choose,
-in the item's scope (`item_store`): the deployment's namespace in its weight epoch, the content of
-a LoRA adapter that reaches the encoder (`adapters`), and the request's ``cache_salt`` as its
-tenant. The scheduler also prefixes each item's identifier with its scope's tag the first time it
-sees the item (`scheduled_items`), so vLLM's own encoder cache keeps tenants, adapters and weight
-epochs apart as well. Weight updates inside the running engine are observed where the engine
-receives them (`engine_events`) and move the namespace to a new epoch.
+as each request arrives, off the scheduler's critical path: `encoder_inputs`, `arrival_digests`),
+never by vLLM's item identifier, which a client can choose, in the item's scope (`item_store`):
+the deployment's namespace in its weight epoch, the content of a LoRA adapter that reaches the
+encoder (`adapters`), and the request's ``cache_salt`` as its tenant. The scheduler also prefixes
+each item's identifier with its scope's tag the first time it sees the item (`scheduled_items`),
+so vLLM's own encoder cache keeps tenants, adapters and weight epochs apart as well. Weight
+updates inside the running engine are observed where the engine receives them (`engine_events`)
+and move the namespace to a new epoch.
 
 How the two halves meet. The scheduler half (EngineCore) and the worker half share no memory, so
 the scheduler does the reading: when vLLM asks ``has_cache_item`` for an item it would otherwise
@@ -51,6 +52,7 @@ from vllm.distributed.ec_transfer.ec_connector.base import (  # isort: skip  (af
 from typing_extensions import override
 
 from visioncache import CacheStats, ConfigurationError
+from visioncache.integrations.vllm.arrival_digests import hash_on_arrival
 from visioncache.integrations.vllm.config import ConnectorConfig
 from visioncache.integrations.vllm.counters import ConnectorCounters
 from visioncache.integrations.vllm.engine_events import observe_engine_core
@@ -125,13 +127,16 @@ class VisionCacheECConnector(ECConnectorBase):  # type: ignore[misc]  # vLLM is 
             ignore_cache_salt=self.config.ignore_cache_salt,
             adapters_reach_the_encoder=bool(getattr(lora, "enable_tower_connector_lora", False)),
         )
-        self._items = ScheduledItems(self._scopes.scope_of, self._scopes.prefix)
+        self._items = ScheduledItems(self._scopes.scope_of, self._scopes.prefix, self.counters.add)
         self._staged = VerifiedItems(_STAGED_MAX_BYTES)
         self._loads: dict[str, torch.Tensor] = {}
         self._save_keys: dict[str, tuple[str, str]] = {}
         self._unavailable: set[str] = set()
+        # Read by `arrival_digests` on vLLM's input thread: this engine's items are hashed on arrival.
+        self.hashes_on_arrival = role == ECConnectorRole.SCHEDULER
         if role == ECConnectorRole.SCHEDULER:
             observe_engine_core()  # weight updates and adapter loads reach `engine_event`
+            hash_on_arrival()  # each item's digest taken on vLLM's input thread
             self._scopes.log_tenancy()
         # Worker side: this step's outputs to save, and where loads go.
         self._saves = WorkerSaves(self.store, self.counters)

@@ -36,6 +36,7 @@ COUNTERS: tuple[tuple[str, str], ...] = (
     ("tier_unverified", "Entries signed under a secret this server does not accept"),
     ("tier_skipped", "Shared-tier calls skipped while a breaker was open"),
     ("weight_epochs", "Weight updates observed: each moved the keys to a new namespace"),
+    ("late_digests", "Items the scheduler hashed on its own thread (not hashed as their request arrived)"),
 )
 _NAMES = tuple(name for name, _ in COUNTERS)
 

@@ -5,7 +5,9 @@ was called with that item's request. This remembers, from that call, each not-ye
 request and index, so the identifier leads to the item's encoder input (`encoder_inputs`: the
 digest), its scope (`item_store.Scope`: adapter and tenant, decided once per request) and the
 number of embeddings its placeholders expect (a stored entry of another length is never served).
-Digests are computed once per request item and forgotten when the request finishes.
+Digests are taken as each request arrives, on vLLM's input thread (`arrival_digests`); an item
+that arrived without one is hashed here, on the scheduler's thread, and counted
+(``late_digests``). Either way once per request item, forgotten when the request finishes.
 
 vLLM's own encoder cache keys an item by its identifier alone, across tenants, adapters reloaded
 under one name and weight updates. So the first time an item is seen, before vLLM decides anything
@@ -23,16 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from visioncache.integrations.vllm.encoder_inputs import encoder_input_digest
+from visioncache.integrations.vllm.arrival_digests import marked_digest
+from visioncache.integrations.vllm.encoder_inputs import PASSTHROUGH, feature_digest
 from visioncache.integrations.vllm.item_store import Scope
 
 __all__ = ["ScheduledItems"]
 
 # Requests whose item digests are kept; vLLM reports finished requests, this bounds the rest.
 _MAX_REQUESTS = 4096
-# Items vLLM hands to the model as they are (vLLM 0.33 puts prompt embeddings through the encoder
-# cache): no encoder output to keep, nothing to hash.
-_PASSTHROUGH = frozenset({"prompt_embeds"})
 _SCOPED = "_visioncache_scoped"  # set on a vLLM feature whose identifier carries its scope
 
 
@@ -48,13 +48,18 @@ class ScheduledItems:
     Args:
         scope_of: a request's scope, or None when its items must not be keyed.
         scope_prefix: the prefix of an identifier in that scope ("" for none).
+        count: adds to one of the connector's counters (``late_digests``).
     """
 
     def __init__(
-        self, scope_of: Callable[[Any], Scope | None], scope_prefix: Callable[[Scope | None], str]
+        self,
+        scope_of: Callable[[Any], Scope | None],
+        scope_prefix: Callable[[Scope | None], str],
+        count: Callable[[str, float], None],
     ) -> None:
         self._scope_of = scope_of
         self._scope_prefix = scope_prefix
+        self._count = count
         self._current: dict[str, tuple[Any, int]] = {}
         self._requests: OrderedDict[str, _Request] = OrderedDict()
 
@@ -98,11 +103,11 @@ class ScheduledItems:
         digests = self._request(request).digests
         if index not in digests:
             feature = request.mm_features[index]
-            digests[index] = (
-                None
-                if feature.modality in _PASSTHROUGH
-                else encoder_input_digest(feature.modality, feature.data)
-            )
+            digest = None if feature.modality in PASSTHROUGH else marked_digest(feature)
+            if digest is None and feature.modality not in PASSTHROUGH:
+                self._count("late_digests", 1)  # not hashed on arrival: here, on the scheduler's thread
+                digest = feature_digest(feature)
+            digests[index] = digest
         return digests[index]
 
     def finished(self, request_id: str) -> None:
