@@ -5,10 +5,12 @@ system prompt (``--system-repeat``), an image in each of its first ``--images`` 
 distinct images per chat) and a ``--question-words``-word question every turn, for ``--turns``
 turns, the whole history re-sent (canned answers, so every server gets the same requests). Three
 servers in turn, each on its own: stock vllm-mlx; ``visioncache serve-mlx`` with a disk tier; and
-``serve-mlx`` started again on that (now warm) disk tier with nothing else kept (a fresh HOME),
-which sends the same chats again: what a restart offers to running chats. Per turn: time to first
+``serve-mlx`` restarted before every turn on a disk tier of its own, with nothing else kept (a
+fresh HOME each time): every request it serves is the first request of a running chat after a
+restart, the tier holding only what earlier turns' processes wrote. Per turn: time to first
 token (p50, max over the chats), prefill tokens computed (prompt tokens minus the KV tokens the
 engine reused), images through the tower; and the KV bytes on disk after each serve-mlx run.
+With ``--chunked N`` all three servers run with ``--chunked-prefill-tokens N``.
 Exits 1 if the servers' greedy tokens or top-5 log-probs differ for any request.
 """
 
@@ -18,6 +20,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -73,40 +76,64 @@ def saved(server: ServerProcess) -> int:
     return value
 
 
-def run_server(
-    server: ServerProcess, images: list[str], args: argparse.Namespace, warm_up: Any
-) -> tuple[list[dict[str, Any]], dict[str, list[Any]], dict[str, Any]]:
-    """Every turn's measurements, the tokens recorded by request, and the engine's stats."""
-    with server:
-        warm_up(server, args.image_size)
-        client = OpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=600)
-        turns = []
-        for turn in range(1, args.turns + 1):
-            towers, before = len(server.records("tower")), saved(server)
-            with ThreadPoolExecutor(args.chats) as pool:
-                measured = list(
-                    pool.map(
-                        lambda chat, turn=turn: stream(
-                            client, chat_messages(chat, turn, images, args), args.max_tokens
-                        ),
-                        range(args.chats),
-                    )
-                )
-            prompt = sum(entry["prompt"] for entry in measured)
-            turns.append(
-                {
-                    "turn": turn,
-                    "ttfts": [entry["ttft"] for entry in measured],
-                    "prompt": prompt,
-                    "prefill": prompt - (saved(server) - before),
-                    "tower": sum(entry["images"] for entry in server.records("tower")[towers:]),
-                }
+def run_turn(server: ServerProcess, turn: int, images: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """One turn of every chat, sent together: TTFTs, prompt and prefill tokens, tower images."""
+    client = OpenAI(base_url=server.base_url + "/v1", api_key="unused", timeout=600)
+    towers, before = len(server.records("tower")), saved(server)
+    with ThreadPoolExecutor(args.chats) as pool:
+        measured = list(
+            pool.map(
+                lambda chat: stream(client, chat_messages(chat, turn, images, args), args.max_tokens),
+                range(args.chats),
             )
-        stats = server.get_json("/v1/cache/stats")["engine_cache"]
-        tokens: dict[str, list[Any]] = {}
-        for entry in server.records("token"):
-            tokens.setdefault(entry["key"], []).append([entry["token"], entry.get("top")])
+        )
+    prompt = sum(entry["prompt"] for entry in measured)
+    return {
+        "turn": turn,
+        "ttfts": [entry["ttft"] for entry in measured],
+        "prompt": prompt,
+        "prefill": prompt - (saved(server) - before),
+        "tower": sum(entry["images"] for entry in server.records("tower")[towers:]),
+    }
+
+
+def run_server(
+    servers: Callable[[int], ServerProcess], images: list[str], args: argparse.Namespace, warm_up: Any
+) -> tuple[list[dict[str, Any]], dict[str, list[Any]], dict[str, Any]]:
+    """Every turn's measurements, the tokens recorded by request, and the engine's last stats.
+
+    ``servers(turn)`` is the server for that turn: one process for every turn, or a new one per
+    turn (a restart before every turn)."""
+    turns: list[dict[str, Any]] = []
+    tokens: dict[str, list[Any]] = {}
+    stats: dict[str, Any] = {}
+    server: ServerProcess | None = None
+    try:
+        for turn in range(1, args.turns + 1):
+            if servers(turn) is not server:
+                if server is not None:
+                    stats, server = finish(server, tokens), None
+                server = servers(turn).start()
+                warm_up(server, args.image_size)
+            turns.append(run_turn(server, turn, images, args))
+        assert server is not None
+        stats, server = finish(server, tokens), None
+    finally:
+        if server is not None:
+            server.stop()
     return turns, tokens, stats
+
+
+def finish(server: ServerProcess, tokens: dict[str, list[Any]]) -> dict[str, Any]:
+    """Stop ``server`` after adding its recorded tokens to ``tokens``; its engine stats."""
+    stats: dict[str, Any] = server.get_json("/v1/cache/stats")["engine_cache"]
+    mine: dict[str, list[Any]] = {}
+    for entry in server.records("token"):
+        mine.setdefault(entry["key"], []).append([entry["token"], entry.get("top")])
+    for key, value in mine.items():  # each restarted process serves the same warm-up request
+        tokens.setdefault(key, value)
+    server.stop()
+    return stats
 
 
 def long_main(args: argparse.Namespace, model_directory: Any, warm_up: Any) -> int:
@@ -118,11 +145,19 @@ def long_main(args: argparse.Namespace, model_directory: Any, warm_up: Any) -> i
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         model_dir = model_directory(args.model, args.family, root)
-        disk = ["--vision-cache-disk-dir", str(root / "tier")]
-        servers = {
-            "stock": ServerProcess("stock", model_dir, root / "stock"),
-            "serve-mlx": ServerProcess("visioncache", model_dir, root / "first", *disk),
-            "restarted": ServerProcess("visioncache", model_dir, root / "restarted", *disk),
+        chunked = ["--chunked-prefill-tokens", str(args.chunked)] if args.chunked else []
+        disk = [*chunked, "--vision-cache-disk-dir", str(root / "tier")]
+        restart_disk = ["--vision-cache-disk-dir", str(root / "restart-tier")]
+        stock = ServerProcess("stock", model_dir, root / "stock", *chunked)
+        first = ServerProcess("visioncache", model_dir, root / "first", *disk)
+        restarted = [  # a fresh HOME each (nothing kept but the tier), a tier of their own
+            ServerProcess("visioncache", model_dir, root / f"restarted-{turn}", *chunked, *restart_disk)
+            for turn in range(1, args.turns + 1)
+        ]
+        servers: dict[str, Callable[[int], ServerProcess]] = {
+            "stock": lambda turn: stock,
+            "serve-mlx": lambda turn: first,
+            "restarted": lambda turn: restarted[turn - 1],
         }
         for name, server in servers.items():
             results[name], tokens[name], stats[name] = run_server(server, images, args, warm_up)
@@ -139,6 +174,7 @@ def report(
     print(
         f"vllm-mlx 0.6.0 server, {args.chats} concurrent chats x {args.turns} turns, {args.images} images "
         f"each ({images} distinct, {args.image_size} px), prompts up to ~{longest} tokens; "
+        f"{f'--chunked-prefill-tokens {args.chunked} on all three; ' if args.chunked else ''}"
         f"model: {args.model or f'tiny random-weight {args.family}'}"
     )
     header = ("turn", "prompt tokens", "prefill tokens", "tower images", "TTFT p50 ms", "TTFT max ms")
@@ -158,7 +194,7 @@ def report(
         )
     totals = [sum(turn["prefill"] for turn in results[name]) for name in names]
     rows.append(("all", "", " / ".join(map(str, totals)), "", "", ""))
-    print("stock / serve-mlx / serve-mlx restarted on its warm disk tier")
+    print("stock / serve-mlx / serve-mlx restarted before every turn on its disk tier")
     print_table(rows, header)
     for name in names[1:]:
         vision = stats[name]["vision_embedding_cache"]

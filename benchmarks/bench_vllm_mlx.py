@@ -5,6 +5,7 @@
                                         [--json PATH]
     python benchmarks/bench_vllm_mlx.py --long [--chats 4] [--turns 6] [--images 3]
                                         [--question-words 300] [--long-system-repeat 40]
+                                        [--chunked N]
 
 Both servers are vllm-mlx 0.6.0's real server (``--continuous-batching --mllm``) in their own
 process on loopback, serving the same model (default: a tiny random-weight checkpoint of
@@ -23,7 +24,8 @@ prefill tokens computed (prompt tokens minus the KV tokens the engine reused, fr
 It exits 1 if the two servers' greedy tokens or top-5 log-probs differ anywhere.
 
 ``--long`` runs long concurrent chats instead, on stock, serve-mlx, and serve-mlx restarted on its
-warm disk tier (`_long_chats`: KV prefixes kept in the tiers, #32).
+warm disk tier (`_long_chats`: KV prefixes kept in the tiers, #32); with ``--chunked N`` all three
+run with ``--chunked-prefill-tokens N``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -66,35 +67,15 @@ def messages_for(request: Request, workload: Workload, system_repeat: int = 1) -
     return messages
 
 
-def prefix_tokens_saved(server: ServerProcess) -> int:
-    saved: int = server.get_json("/v1/cache/stats")["engine_cache"]["prefix_cache"]["tokens_saved"]
-    return saved
-
-
 def send(
     server: ServerProcess, client: OpenAI, messages: list[dict[str, Any]], max_tokens: int
 ) -> dict[str, float]:
     """Stream one request; its TTFT, prompt tokens, prefill tokens computed and tower images."""
-    towers, saved = len(server.records("tower")), prefix_tokens_saved(server)
-    started = time.perf_counter()
-    first_token = None
-    prompt_tokens = 0
-    stream = client.chat.completions.create(
-        model="model",
-        messages=messages,  # type: ignore[arg-type]
-        max_tokens=max_tokens,
-        temperature=0.0,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    for chunk in stream:
-        if first_token is None and chunk.choices and chunk.choices[0].delta.content is not None:
-            first_token = time.perf_counter() - started
-        if chunk.usage is not None:
-            prompt_tokens = chunk.usage.prompt_tokens
-    reused = prefix_tokens_saved(server) - saved
+    towers, saved = len(server.records("tower")), long_chats.saved(server)
+    streamed = long_chats.stream(client, messages, max_tokens)
+    reused = long_chats.saved(server) - saved
     images = sum(entry["images"] for entry in server.records("tower")[towers:])
-    ttft = first_token if first_token is not None else time.perf_counter() - started
+    prompt_tokens, ttft = int(streamed["prompt"]), streamed["ttft"]
     return {"ttft": ttft, "prompt_tokens": prompt_tokens, "prefill": prompt_tokens - reused, "tower": images}
 
 
