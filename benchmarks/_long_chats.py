@@ -196,6 +196,7 @@ def report(
     rows.append(("all", "", " / ".join(map(str, totals)), "", "", ""))
     print("stock / serve-mlx / serve-mlx restarted before every turn on its disk tier")
     print_table(rows, header)
+    print(later_turns(results, names))
     for name in names[1:]:
         vision = stats[name]["vision_embedding_cache"]
         print(
@@ -203,3 +204,19 @@ def report(
             f"KV prefixes written {vision['kv_tier_writes']}, restored {vision['kv_tier_restores']} "
             f"({vision['kv_tier_tokens_restored']} tokens), superseded {vision['kv_tier_superseded']}"
         )
+
+
+def later_turns(results: dict[str, list[dict[str, Any]]], names: tuple[str, ...]) -> str:
+    """Turn >= 2's TTFT p50 over every request, each server's ratio to stock, and the largest
+    per-turn ratio (the turn whose new tail, or new image, costs most against stock's)."""
+    later = {name: [ttft for turn in results[name][1:] for ttft in turn["ttfts"]] for name in names}
+    stock = statistics.median(later["stock"])
+    parts = [f"stock {stock * 1000:.0f} ms"]
+    for name in names[1:]:
+        p50 = statistics.median(later[name])
+        worst = max(
+            statistics.median(mine["ttfts"]) / statistics.median(theirs["ttfts"])
+            for mine, theirs in zip(results[name][1:], results["stock"][1:], strict=True)
+        )
+        parts.append(f"{name} {p50 * 1000:.0f} ms ({p50 / stock:.3f}x; worst turn {worst:.3f}x)")
+    return f"turn >= 2, TTFT p50 over {len(later['stock'])} requests each: " + ", ".join(parts)

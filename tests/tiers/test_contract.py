@@ -20,7 +20,14 @@ KEY = "0123456789abcdef/embedding/" + "ab" * 32
 
 
 @pytest.fixture(
-    params=["memory", "four-method", "disk", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)]
+    params=[
+        "memory",
+        "four-method",
+        "disk",
+        "redis",
+        "redis-budget",
+        pytest.param("redis-cluster", marks=pytest.mark.slow),
+    ]
 )
 def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
     made: Tier
@@ -37,7 +44,8 @@ def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
         cluster = request.param == "redis-cluster"
         server: Any = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
         prefix: str = request.getfixturevalue("redis_prefix")
-        made = RedisTier(server.url, key_prefix=prefix, socket_timeout=2.0, cluster=cluster)
+        budget = 64 * 2**20 if request.param == "redis-budget" else None  # RedisBudget's scripts
+        made = RedisTier(server.url, key_prefix=prefix, socket_timeout=2.0, cluster=cluster, max_bytes=budget)
     yield made
     made.close()
 

@@ -28,6 +28,7 @@ SETTINGS: dict[str, tuple[object, str]] = {
     "redis_ttl": (60, "60"),
     "redis_timeout": (0.1, "0.1"),
     "redis_cluster": (True, "1"),
+    "redis_max_bytes": (2**20, "1MiB"),
     "retry_interval": (2.0, "2"),
     "max_pending_write_bytes": (0, "0"),
 }
@@ -170,6 +171,7 @@ def test_tiers_from_env_excludes_tier_flags(tmp_path: Path) -> None:
 @needs_redis
 def test_the_chain_gets_every_setting(tmp_path: Path) -> None:
     text = {name: text for name, (_, text) in SETTINGS.items()} | {"disk_dir": str(tmp_path)}
+    text.pop("redis_cluster")  # a cluster takes no byte budget (test_redis_budget); its flag: below
     flags = [*flag_list(text), "--vision-cache-hmac-secret-env", "VC_SECRETS"]
     built = TierSettings.from_args(parse_flags(*flags), environ=SECRETS).build_chain()
     assert built is not None
@@ -179,7 +181,7 @@ def test_the_chain_gets_every_setting(tmp_path: Path) -> None:
     disk, remote = built.tiers
     assert isinstance(disk, DiskTier) and isinstance(remote, RedisTier)
     assert (disk.directory, disk.max_bytes, disk.timeout) == (str(tmp_path), 3 * 2**20, 0.5)
-    assert (remote.key_prefix, remote.ttl_seconds, remote.cluster) == ("vc-test:", 60, True)
+    assert (remote.key_prefix, remote.ttl_seconds, remote.max_bytes) == ("vc-test:", 60, 2**20)
     assert remote._options["socket_timeout"] == 0.1
     assert [guarded.breaker.retry_interval for guarded in built._guarded] == [2.0, 2.0]
     assert built._writer is None  # max_pending_write_bytes 0: writes on the caller's thread

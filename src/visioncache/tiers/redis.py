@@ -9,6 +9,10 @@ never decoded here. A key of another type under our name (``WRONGTYPE``) is neve
 ``MGET`` answers nil for it (a miss, and the next write's ``SET`` replaces it), and a single
 ``get`` raises `CorruptEntryError` for that key only.
 
+With ``max_bytes`` the values under the prefix are kept within that many bytes, least recently
+used evicted first, by every process and host alike (`RedisBudget`: one atomic script per
+operation; one server, not a cluster).
+
 With ``cluster=True`` the client is a `redis.cluster.RedisCluster`, created at the first call (its
 constructor connects, so a cluster that is down at start-up costs a counted failure, not an
 exception out of ``__init__``). After a connection error redis-py re-reads the slot map from each
@@ -28,6 +32,7 @@ from visioncache.extras import requires
 from visioncache.tiers import defaults
 from visioncache.tiers import setting_kinds as kinds
 from visioncache.tiers.base import BaseTier
+from visioncache.tiers.redis_budget import RedisBudget
 from visioncache.tiers.stats import TierSizes
 
 with requires("redis", "the Redis tier (visioncache.tiers.redis)"):
@@ -53,8 +58,17 @@ class RedisTier(BaseTier):
         ttl_seconds: int | None = None,
         socket_timeout: float = defaults.REDIS_TIMEOUT,
         cluster: bool = False,
+        max_bytes: int | None = None,
         name: str = "redis",
     ) -> None:
+        if max_bytes is not None:
+            max_bytes = kinds.size(max_bytes, "RedisTier max_bytes", False)
+            if cluster:
+                raise ConfigurationError(
+                    "RedisTier max_bytes: a byte budget needs one server (a Redis Cluster spreads "
+                    "the keys a budget must evict atomically over its nodes); bound a cluster with "
+                    "its maxmemory and ttl_seconds"
+                )
         if ttl_seconds is not None and kinds.ttl(ttl_seconds, "RedisTier ttl_seconds", False) is None:
             raise ConfigurationError("RedisTier ttl_seconds: expected > 0 (None: never expire), got 0")
         kinds.seconds(socket_timeout, "RedisTier socket_timeout", False)
@@ -67,6 +81,7 @@ class RedisTier(BaseTier):
         self.key_prefix = key_prefix
         self.ttl_seconds = ttl_seconds
         self.cluster = cluster
+        self.max_bytes = max_bytes
         self._url = url
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
@@ -76,6 +91,7 @@ class RedisTier(BaseTier):
         }
         self._client_lock = forking.lock()  # held while a client is made (a cluster's connects)
         self._created: Any = None
+        self._budgeted: RedisBudget | None = None
 
     @property
     def _client(self) -> Any:
@@ -87,8 +103,17 @@ class RedisTier(BaseTier):
                     self._created = factory.from_url(self._url, **self._options)
         return self._created
 
+    @property
+    def _budget(self) -> RedisBudget | None:
+        """The byte budget's scripts (None: no ``max_bytes``)."""
+        if self.max_bytes is not None and self._budgeted is None:
+            self._budgeted = RedisBudget(self._client, self.key_prefix, self.max_bytes)
+        return self._budgeted
+
     @override
     def get(self, key: str) -> bytes | None:
+        if self._budget is not None:
+            return self._budget.get_many([self.key_prefix + key])[0]  # a wrong type reads as nil
         try:
             blob: bytes | None = self._client.get(self.key_prefix + key)
         except redis.ResponseError as error:  # e.g. WRONGTYPE: this key, not the server
@@ -100,6 +125,8 @@ class RedisTier(BaseTier):
         names = [self.key_prefix + key for key in keys]
         if not names:
             return []
+        if self._budget is not None:
+            return self._budget.get_many(names)
         # MGET answers nil for a key of another type, so one bad key cannot fail the batch.
         blobs: list[bytes | None] = (
             self._client.mget_nonatomic(names) if self.cluster else self._client.mget(names)
@@ -108,10 +135,16 @@ class RedisTier(BaseTier):
 
     @override
     def put(self, key: str, blob: bytes) -> None:
+        if self._budget is not None:
+            self._budget.put(self.key_prefix + key, blob, self.ttl_seconds)
+            return
         self._client.set(self.key_prefix + key, blob, ex=self.ttl_seconds)
 
     @override
     def delete(self, key: str) -> None:
+        if self._budget is not None:
+            self._budget.delete(self.key_prefix + key)
+            return
         self._client.delete(self.key_prefix + key)
 
     @override
@@ -139,6 +172,10 @@ class RedisTier(BaseTier):
     @override
     def sizes(self) -> TierSizes:
         return TierSizes()  # the server knows its sizes; asking it would be a network call
+
+    def budget_bytes(self) -> int | None:
+        """Bytes counted against ``max_bytes`` now (one network call; None: no budget)."""
+        return self._budget.total() if self._budget is not None else None
 
     @override
     def close(self) -> None:

@@ -76,6 +76,12 @@ class TierSettings:
     )
     redis_timeout: float = _setting(defaults.REDIS_TIMEOUT, kinds.seconds, "seconds per Redis operation")
     redis_cluster: bool = _setting(False, kinds.flag, "the Redis URL names a node of a Redis Cluster")
+    redis_max_bytes: int | None = _setting(
+        None,
+        kinds.size,
+        "Redis tier budget for the values under its prefix, least recently used evicted first "
+        "(default: none, the server's maxmemory and the ttl bound it; one server, not a cluster)",
+    )
     retry_interval: float = _setting(
         defaults.RETRY_INTERVAL,
         kinds.seconds,
@@ -241,6 +247,7 @@ class TierSettings:
                 ttl_seconds=self.redis_ttl,
                 socket_timeout=self.redis_timeout,
                 cluster=self.redis_cluster,
+                max_bytes=self.redis_max_bytes,
             )
             tiers.append(redis_tier)
         return tiers

@@ -122,7 +122,17 @@ def test_the_kv_chain_has_its_own_disk_folder_budget_and_redis_prefix() -> None:
     assert settings is not None
     assert (settings.disk_dir, settings.disk_max_bytes) == ("/var/cache/vc/kv", 2**20)
     assert settings.redis_prefix == tiers.redis_prefix + "kv:" and settings.redis_url == tiers.redis_url
+    assert settings.redis_max_bytes == 2**20  # Redis holds the KV within the same budget
     assert kv_tier_settings(tiers, 0) is None and kv_tier_settings(TierSettings(), 2**20) is None
+
+
+def test_kv_in_a_redis_cluster_is_bounded_by_the_cluster_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tiers = TierSettings(redis_url="redis://h:6379/0", redis_cluster=True)
+    settings = kv_tier_settings(tiers, 2**20)
+    assert settings is not None and settings.redis_max_bytes is None  # a budget needs one server
+    assert "maxmemory" in caplog.text
 
 
 def test_the_kv_budget_comes_from_the_flag_else_the_environment_else_1gib(

@@ -5,15 +5,17 @@ running chat whole again. Here each image-aware KV prefix the engine stores is a
 behind to the tiers the server already has (the disk tier, Redis where configured), in their own
 chain: a disk tier in ``<disk_dir>/kv`` bounded by its own budget (``max_kv_bytes``,
 least-recently-used entries evicted first, the disk tier's own bound), and Redis keys under
-``<redis_prefix>kv:``. When the engine's cache holds less of a prompt than the tiers may,
-the longest stored entry sharing a whole block with it (`kv_blobs`) is read back, checked, and put
-into the engine's cache; the engine's own lookup then reuses it exactly as if it had computed it.
+``<redis_prefix>kv:`` within the same budget (`RedisBudget`). When the engine's cache holds less
+of a prompt than the tiers may, the longest stored entry sharing a whole block with it
+(`kv_blobs`) is read back, checked, and put into the engine's cache; the engine's own lookup then
+reuses it exactly as if it had computed it.
 
 Guarantees: entries are keyed by every id of their image-aware key (namespace, tenant, image
 digests and positions: `kv_keys`), so nothing is ever reused across models, tenants, images or
 positions; every blob is verified before it is parsed (blake3, or HMAC with the tiers' secret:
 `visioncache.tiers`), a damaged one is deleted and missed, so it is recomputed, never served;
-the disk tier's bytes stay within ``max_kv_bytes`` (plus the disk tier's 1 MiB of SQLite log). An
+the disk tier's bytes stay within ``max_kv_bytes`` (plus the disk tier's 1 MiB of SQLite log), and
+so do the Redis values under the KV prefix (one server; a cluster: its maxmemory and ttl). An
 entry that a longer stored key extends is deleted (as vllm-mlx drops an entry's prefixes from
 memory when it stores it): a chat keeps one entry, its latest. A DELETE of an image drops its
 tenant's prefixes from the tiers (`KVTiers.forget`).
@@ -249,15 +251,23 @@ class KVTiers:
 
 def kv_tier_settings(tiers: TierSettings, max_bytes: int) -> TierSettings | None:
     """The KV chain's settings: ``tiers`` with the disk tier in its ``kv`` folder bounded by
-    ``max_bytes``, and Redis keys under their own prefix (None: no tier, or ``max_bytes`` 0)."""
+    ``max_bytes``, and Redis keys under their own prefix bounded by ``max_bytes`` too (one
+    server; a cluster by its own bounds); None: no tier, or ``max_bytes`` 0."""
     if not tiers.configured or max_bytes == 0:
         return None
     disk = os.path.join(tiers.disk_dir, KV_DIRECTORY) if tiers.disk_dir is not None else None
+    redis_budget = max_bytes if tiers.redis_url is not None and not tiers.redis_cluster else None
+    if tiers.redis_url is not None and tiers.redis_cluster:
+        logger.warning(
+            "visioncache: KV prefixes in a Redis Cluster are bounded by its maxmemory and "
+            "--vision-cache-redis-ttl only (a byte budget needs one server)"
+        )
     return dataclasses.replace(
         tiers,
         disk_dir=disk,
         disk_max_bytes=max_bytes if disk is not None else None,
         redis_prefix=tiers.redis_prefix + KV_REDIS_PREFIX,
+        redis_max_bytes=redis_budget,
     )
 
 
