@@ -169,12 +169,22 @@ def test_a_corrupted_kv_blob_on_disk_is_recomputed_never_served(
     tier.close()
 
 
-def test_kv_bytes_on_disk_never_exceed_the_budget(model_dir: Path, tmp_path: Path) -> None:
+def test_kv_bytes_on_disk_and_in_redis_never_exceed_the_budget(
+    model_dir: Path, tmp_path: Path, redis_server: RedisProcess
+) -> None:
     """Six chats' prefixes (~100 KiB each for the tiny model) into a 256 KiB budget: after each
-    write the KV disk tier holds at most the budget, least recently used prefixes evicted; the
-    embedding entries live in the disk tier's own directory and budget."""
+    write the KV disk tier, and the KV values in Redis, hold at most the budget, least recently
+    used prefixes evicted; the embedding entries live in the tiers' own folder, prefix and budget."""
+    import redis
+
     budget = 256 * 1024
     flags = ["--vision-cache-disk-dir", str(tmp_path / "tier"), "--vision-cache-max-kv-bytes", "256KiB"]
+    flags += ["--vision-cache-redis-url", redis_server.url, "--vision-cache-redis-prefix", "vc-kv-budget:"]
+    client = redis.Redis.from_url(redis_server.url)
+
+    def in_redis() -> dict[bytes, int]:  # the KV values Redis holds, by key
+        return {name: int(client.strlen(name)) for name in client.scan_iter(match="vc-kv-budget:kv:*")}
+
     chats = 6
     with ServerProcess("visioncache", model_dir, tmp_path / "server", *flags) as server:
         for index in range(chats):
@@ -182,6 +192,7 @@ def test_kv_bytes_on_disk_never_exceed_the_budget(model_dir: Path, tmp_path: Pat
             wait_for_writes(server)
             stats = engine_stats(server)
             assert 0 < stats["kv_tier_bytes"] <= stats["kv_tier_max_bytes"] == budget, (index, stats)
+            assert 0 < sum(in_redis().values()) <= budget, (index, in_redis())
     assert stats["kv_tier_writes"] == chats and stats["kv_tier_writes_skipped"] == 0
     tier = kv_disk(tmp_path / "tier")
     sizes, kept = tier.sizes(), kv_entries(tier)
@@ -190,6 +201,9 @@ def test_kv_bytes_on_disk_never_exceed_the_budget(model_dir: Path, tmp_path: Pat
     assert 0 < len(kept) < chats  # some evicted
     files = sum(path.stat().st_size for path in (tmp_path / "tier" / KV_DIRECTORY).rglob("*.val"))
     assert 0 < files <= budget  # the value files themselves, on disk
+    entries = [name for name in in_redis() if name.startswith(b"vc-kv-budget:kv:kv/")]
+    assert 0 < len(entries) < chats, in_redis()  # Redis evicted some too
+    client.close()
 
 
 def test_another_tenant_restarted_on_the_same_disk_tier_gets_no_kv(
