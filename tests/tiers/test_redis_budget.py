@@ -7,8 +7,6 @@ from tests.support.optional import skip_without
 
 skip_without("redis", "redis")
 
-import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +14,7 @@ import numpy as np
 import pytest
 import redis
 
+from tests.support.threads import run_threads
 from tests.support.tier_reads import load
 from tests.tiers.conftest import key
 from visioncache.errors import ConfigurationError
@@ -78,8 +77,6 @@ def test_hosts_sharing_a_prefix_share_one_budget_under_concurrent_writes(
     budget = 20 * BLOB
     tiers = [RedisTier(redis_server.url, key_prefix=redis_prefix, max_bytes=budget) for _ in range(4)]
     errors: list[BaseException] = []
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
 
     def write(worker: int) -> None:
         try:
@@ -89,14 +86,7 @@ def test_hosts_sharing_a_prefix_share_one_budget_under_concurrent_writes(
         except BaseException as error:  # pragma: no cover - reported below
             errors.append(error)
 
-    try:
-        threads = [threading.Thread(target=write, args=(worker,)) for worker in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_threads(write, 4)
     assert not errors
     held = stored(client, redis_prefix)
     assert 0 < sum(held.values()) <= budget

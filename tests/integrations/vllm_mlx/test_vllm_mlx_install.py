@@ -8,9 +8,7 @@ import base64
 import inspect
 import io
 import json
-import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import Iterator
 from importlib import metadata
@@ -22,6 +20,7 @@ import pytest
 from PIL import Image
 
 from tests.integrations.vllm_mlx.chat import SYSTEM, image_url
+from tests.support.threads import run_threads
 from visioncache import ConfigurationError
 from visioncache.integrations import vllm_mlx
 from visioncache.integrations.vllm_mlx import VisionCacheSettings, install
@@ -349,18 +348,9 @@ def test_regression_embedded_an_unrecognised_model_builds_as_stock_with_one_warn
     def build() -> None:
         schedulers.append(scheduler_module.MLLMScheduler(model=model, processor=_FakeProcessor()))
 
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # built by 8 threads at once: still one warning
-    try:
-        with caplog.at_level("WARNING", logger="visioncache.integrations.vllm_mlx.install"):
-            threads = [threading.Thread(target=build) for _ in range(8)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-    finally:
-        sys.setswitchinterval(previous)
-    assert len(schedulers) == len(threads)
+    with caplog.at_level("WARNING", logger="visioncache.integrations.vllm_mlx.install"):
+        run_threads(lambda _: build(), 8)  # built by 8 threads at once: still one warning
+    assert len(schedulers) == 8
     warnings = [
         record for record in caplog.records if "vllm-mlx serves it with its own code" in record.message
     ]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.threads import run_threads
 from visioncache import ConfigurationError
 from visioncache.integrations.vllm_mlx import VisionCacheSettings
 from visioncache.integrations.vllm_mlx.forget import forget_kv
@@ -88,9 +89,6 @@ def test_forgetting_an_image_removes_the_tenants_kv_prefixes_that_hold_it_and_no
 def test_each_request_keeps_its_tenant_under_threads_at_a_1us_switch_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sys
-    import threading
-
     from visioncache.integrations.vllm_mlx import install
     from visioncache.integrations.vllm_mlx.tenants import current
 
@@ -109,16 +107,9 @@ def test_each_request_keeps_its_tenant_under_threads_at_a_1us_switch_interval(
             ):
                 wrong.append(request_id)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
     try:
-        threads = [threading.Thread(target=client, args=(number,)) for number in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_threads(client, 8)
     finally:
-        sys.setswitchinterval(interval)
         installation.uninstall()
     assert wrong == []
     assert installation.tenant_of(SimpleNamespace(request_id="never-noted")) is None  # no key: no tenant
