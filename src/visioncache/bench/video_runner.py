@@ -10,6 +10,7 @@ prefilled by the same forward, so the logits can be compared exactly.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,8 +63,12 @@ Obtain = Callable[[VideoInput], tuple[VideoOutput, int]]
 class _Modes:
     """The model, its processor and video settings, with each mode's way to obtain an output."""
 
-    def __init__(self, model: PreTrainedModel, processor: ProcessorMixin, settings: VideoSettings) -> None:
+    def __init__(
+        self, model: PreTrainedModel, processor: ProcessorMixin, settings: VideoSettings, tower_graphs: int
+    ) -> None:
         self.model: Any = model
+        self.tower_graphs = tower_graphs
+        self.cached: CachedVisionModel | None = None  # the visioncache mode's adapter
         self.processor: Any = processor
         self.settings = settings
         self.temporal = int(model.config.vision_config.temporal_patch_size)
@@ -105,7 +110,14 @@ class _Modes:
             return lambda video: (self.whole(video), 0)  # patches counted from the output below
         cache = VisionEmbeddingCache(namespace=self.namespace)
         if mode == "visioncache":
-            adapter = CachedVisionModel(self.model, self.processor, cache=cache, video_settings=self.settings)
+            adapter = CachedVisionModel(
+                self.model,
+                self.processor,
+                cache=cache,
+                video_settings=self.settings,
+                tower_graphs=self.tower_graphs,
+            )
+            self.cached = adapter
 
             def per_patch(video: VideoInput) -> tuple[VideoOutput, int]:
                 before = adapter.times.patches_encoded
@@ -151,11 +163,16 @@ def _synchronize(device: torch.device) -> None:
 
 
 def run_video_modes(
-    model: PreTrainedModel, processor: ProcessorMixin, workload: VideoWorkload, settings: VideoSettings
+    model: PreTrainedModel,
+    processor: ProcessorMixin,
+    workload: VideoWorkload,
+    settings: VideoSettings,
+    tower_graphs: int = 4,
 ) -> list[VideoModeResult]:
     """Every mode on ``workload``, taking turns request by request (each with its own cache), so
-    load from other processes falls on all modes alike; logits are compared with ``off``'s."""
-    modes = _Modes(model, processor, settings)
+    load from other processes falls on all modes alike; logits are compared with ``off``'s.
+    ``tower_graphs``: the visioncache mode's CUDA graphs of the tower (``CachedVisionModel``)."""
+    modes = _Modes(model, processor, settings, tower_graphs)
     modes.logits(workload.requests[0].prompt, modes.whole(workload.requests[0].video))  # warm-up, untimed
     runs = [(VideoModeResult(mode, workload.name), modes.obtain(mode)) for mode in MODES]
     for request in workload.requests:
@@ -171,4 +188,12 @@ def run_video_modes(
             encoded = sent if result.mode == "off" else encoded
             diff = float((logits - reference).abs().max())
             result.turns.append(TurnResult(sent, encoded, vision, ttft, diff))
+    video = modes.cached._video if modes.cached is not None else None
+    if video is not None and video.graphs.device_type == modes.model.device.type:  # graphs apply
+        graphs = video.graphs
+        print(
+            f"{workload.name}: tower graphs (limit {graphs.limit}): {graphs.captures} captured, "
+            f"{graphs.replays} replayed" + (f", refused: {graphs.refused}" if graphs.refused else ""),
+            file=sys.stderr,
+        )
     return [result for result, _ in runs]

@@ -30,6 +30,12 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated video workloads among {', '.join(WORKLOADS)} (all)",
     )
     group.add_argument("--frame-width", type=int, default=112, help="video frame width in pixels (112)")
+    group.add_argument(
+        "--tower-graphs",
+        type=int,
+        default=4,
+        help="CUDA graphs of the tower the visioncache mode keeps on a GPU (CachedVisionModel; 0: off; 4)",
+    )
 
 
 def run_video(
@@ -55,7 +61,7 @@ def run_video(
     for workload in workloads:
         if not args.no_progress:
             print(f"running the {workload.name} workload ...", file=sys.stderr)
-        results[workload.name] = run_video_modes(model, processor, workload, settings)
+        results[workload.name] = run_video_modes(model, processor, workload, settings, args.tower_graphs)
         title = (
             f"{workload.name}: {workload.description}; {args.turns} turns, {args.frame_width}px frames; "
             f"{source}, {args.dtype}, {args.device}"
@@ -69,6 +75,7 @@ def run_video(
         "device": args.device,
         "turns": args.turns,
         "frame_width": args.frame_width,
+        "tower_graphs": args.tower_graphs,
         "video_settings": vars(settings),
     }
     descriptions = {workload.name: workload.description for workload in workloads}

@@ -51,6 +51,9 @@ class CachedVisionModel:
     each video placeholder for the next video, in order. Without ``cache``, one is built with
     ``model_namespace(model, processor)`` (or ``namespace``); a passed cache is used as it is, so
     build it with that namespace. ``video_settings`` sets video sampling and resolution.
+    ``tower_graphs``: on a CUDA device, how many CUDA graphs of the vision tower to keep for the
+    patch grids a video's missing patches repeat (``tower_graphs.py``; proven equal to the eager
+    call on first replay, else refused); 0 turns them off.
 
     Building it runs the load-time check on the model (once per model and namespace):
     ``ConfigurationError`` if the family description is not exact for it; ``exactness`` says
@@ -64,7 +67,12 @@ class CachedVisionModel:
         cache: VisionEmbeddingCache | None = None,
         namespace: str | None = None,
         video_settings: VideoSettings | None = None,
+        tower_graphs: int = 4,
     ) -> None:
+        if type(tower_graphs) is not int or tower_graphs < 0:
+            raise ConfigurationError(
+                f"tower_graphs must be an int >= 0 (0 turns them off), got {tower_graphs!r}"
+            )
         family = model_family(model)
         if cache is not None and namespace is not None:
             raise ConfigurationError(
@@ -79,6 +87,7 @@ class CachedVisionModel:
         self.exactness: Exactness = check_exactness(self.encoder, derived)
         self.times = StageTimes()
         self.video_settings = video_settings or VideoSettings()
+        self.tower_graphs = tower_graphs
         self._video: VideoEncoder | None = None  # built on the first video (it checks the model)
         self._image_token: str = processor.image_token  # type: ignore[attr-defined]
         self._video_token: str | None = getattr(processor, "video_token", None)
@@ -166,7 +175,13 @@ class CachedVisionModel:
                     "within a temporal patch; send frames as images, or use the model uncached"
                 )
             self._video = VideoEncoder(
-                self.model, self.processor, self.cache, self.video_settings, self.times, family
+                self.model,
+                self.processor,
+                self.cache,
+                self.video_settings,
+                self.times,
+                family,
+                self.tower_graphs,
             )
         return self._video.outputs(videos_per_request)
 

@@ -30,6 +30,7 @@ from visioncache.identity import VideoPatch
 from visioncache.integrations.transformers.encoding import FamilyEncoder
 from visioncache.integrations.transformers.families import Family
 from visioncache.integrations.transformers.model import StageTimes
+from visioncache.integrations.transformers.tower_graphs import TowerGraphs
 from visioncache.integrations.transformers.video_pixels import patch_pixels, preprocess_frames
 from visioncache.integrations.video import (
     DEFAULT_FPS,
@@ -173,6 +174,7 @@ class VideoEncoder:
         settings: VideoSettings,
         times: StageTimes,
         family: Family,
+        tower_graphs: int = 4,
     ) -> None:
         check_temporal_locality(model)
         self.model: Any = model
@@ -183,6 +185,8 @@ class VideoEncoder:
         self.deepstack = family.deepstack
         self.temporal = int(model.config.vision_config.temporal_patch_size)
         self.clips = ClipResolver(cache, settings, self.temporal)
+        # Deepstack towers hand features out of middle layers, which a graph of the chain drops.
+        self.graphs = TowerGraphs(model, 0 if self.deepstack else tower_graphs)
 
     def outputs(self, videos_per_request: Sequence[Sequence[VideoInput]]) -> list[list[VideoOutput]]:
         """Per request, each video's output; all missing patches are encoded in one call."""
@@ -241,16 +245,26 @@ class VideoEncoder:
         model = self.model
         device = model.device  # a walk over the model's parameters: once a call, not three times
         start = time.perf_counter()
+        pixels, grid_rows = torch.cat(pixel_rows).to(device), torch.stack(grids)
+        grid = grid_rows.to(device)
+        deepstack: list[torch.Tensor] = []
+
+        def eager() -> Sequence[torch.Tensor]:
+            output = model.get_video_features(pixels, grid)
+            deepstack.extend(output.deepstack_features if self.deepstack else ())
+            pooled: Sequence[torch.Tensor] = output.pooler_output
+            return pooled
+
         with torch.no_grad():  # not inference_mode: cached tensors must stay usable under autograd
-            output = model.get_video_features(torch.cat(pixel_rows).to(device), torch.stack(grids).to(device))
+            pooled = self.graphs.encode(pixels, grid_rows, eager)  # a graph replay for a repeated grid
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # time the tower's work, not just its launch
         self.times.add(encode=time.perf_counter() - start, patches_encoded=len(patches))
         values = []
-        for index, grid in enumerate(grids):
+        for index in range(len(grids)):
             # clone: a slice of the batch output would keep the whole batch's storage alive.
-            value: dict[str, Any] = {"embeddings": output.pooler_output[index].clone(), "grid": grid.clone()}
+            value: dict[str, Any] = {"embeddings": pooled[index].clone(), "grid": grids[index].clone()}
             if self.deepstack:
-                value["deepstack_features"] = [layer[index].clone() for layer in output.deepstack_features]
+                value["deepstack_features"] = [layer[index].clone() for layer in deepstack]
             values.append(value)
         return values

@@ -1,0 +1,204 @@
+"""What a CUDA graph would do to a warm sliding-window video turn: the one-patch tower call, timed.
+
+A warm `sliding` video turn with visioncache encodes 1 temporal patch of 8, yet on a GPU its vision
+time stays near a third of the uncached turn's: the one-patch call of the Qwen2-VL tower is bound by
+its ~730 kernel launches and the host syncs between them, not by the GPU (docs/benchmarks.md, "A
+warm video turn's CPU side"). This script measures, side by side in one run, on one frame size:
+
+- the tower's eager call on 1 temporal patch and on 8 (the uncached clip of 16 frames);
+- the same one-patch call replayed from a CUDA graph captured for that grid (GPU only). What
+  depends only on the grid (rotary position embeddings, sequence bounds) is computed once by the
+  eager forward and kept; the bounds stay on the host, where the SDPA path reads them, so the
+  blocks run with no host sync and can be captured. The graph's output is checked equal to the
+  eager call's (``torch.equal``: the same kernels on the same inputs);
+- the image processor on the 2 frames a warm turn brings and on 16, and blake3 over 16 frames
+  (what a warm turn hashes), so the turn ratio can be estimated from figures of the same run:
+  (tower(1) + preprocess(2) + hash(16)) / (tower(8) + preprocess(16)), eager and graphed.
+
+It is a probe, not a feature: visioncache's video path does not capture graphs yet.
+
+usage: python benchmarks/bench_tower_graph.py [--device cuda|cpu] [--vision full|tiny]
+                                              [--frame-width 448] [--repeats N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import blake3
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_gpu import build_tower, describe_device, image_processor
+
+PATCH = 14  # Qwen2-VL's patch size; a temporal patch is 2 frames
+TEMPORAL = 2
+CLIP_PATCHES = 8  # 16 frames
+
+
+def median_ms(call: Callable[[], object], repeats: int, synchronize: Callable[[], None]) -> float:
+    call()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        synchronize()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1e3
+
+
+def grid_inputs(patches: int, height: int, width: int, device: torch.device, dtype: torch.dtype) -> Any:
+    """Pixel values and grid of ``patches`` temporal patches of height x width frames (random values)."""
+    tokens = patches * (height // PATCH) * (width // PATCH)
+    pixels = torch.randn(tokens, 3 * TEMPORAL * PATCH * PATCH, device=device, dtype=dtype)
+    grid = torch.tensor([[patches, height // PATCH, width // PATCH]], device=device)
+    return pixels, grid
+
+
+def block_kwargs(tower: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor) -> dict[str, Any]:
+    """The keyword arguments the eager forward gives the first block (they depend on the grid only)."""
+    seen: dict[str, Any] = {}
+
+    def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if len(args) != 1:
+            raise RuntimeError(
+                f"this transformers passes a block {len(args)} positional arguments; expected 1"
+            )
+        seen.update(kwargs)
+
+    handle = tower.blocks[0].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        tower(pixels, grid_thw=grid)
+    finally:
+        handle.remove()
+    if not isinstance(seen.get("cu_seqlens"), torch.Tensor):
+        raise RuntimeError(f"the blocks got no cu_seqlens tensor (keywords: {sorted(seen)})")
+    # The SDPA path reads the bounds only to split the sequence by length: kept on the host, they
+    # cost the blocks no device sync (a graph cannot capture one).
+    return {**seen, "cu_seqlens": seen["cu_seqlens"].cpu()}
+
+
+def pooled(output: Any) -> torch.Tensor:
+    return output.pooler_output if hasattr(output, "pooler_output") else output
+
+
+@torch.inference_mode()
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    cuda = device.type == "cuda"
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    width = args.frame_width
+    height = width * 3 // 4
+    tower = build_tower("qwen2_vl", args.vision, dtype, device)
+    one, one_grid = grid_inputs(1, height, width, device, dtype)
+    clip, clip_grid = grid_inputs(CLIP_PATCHES, height, width, device, dtype)
+    kwargs = block_kwargs(tower, one, one_grid)
+
+    def body(pixels: torch.Tensor) -> torch.Tensor:
+        hidden = tower.patch_embed(pixels)
+        for block in tower.blocks:
+            hidden = block(hidden, **kwargs)
+        return tower.merger(hidden)
+
+    eager = pooled(tower(one, grid_thw=one_grid))
+    body_matches = torch.equal(body(one), eager)
+    times = {
+        "tower_1_patch_eager": median_ms(lambda: tower(one, grid_thw=one_grid), args.repeats, synchronize),
+        "tower_1_patch_body": median_ms(lambda: body(one), args.repeats, synchronize),
+        "tower_8_patches_eager": median_ms(
+            lambda: tower(clip, grid_thw=clip_grid), args.repeats, synchronize
+        ),
+    }
+    graph_matches = None
+    if cuda:
+        static = one.clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                body(static)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = body(static)
+
+        def replay() -> torch.Tensor:
+            static.copy_(one)
+            graph.replay()
+            return static_out.clone()  # the next replay overwrites static_out
+
+        graph_matches = torch.equal(replay(), eager)
+        times["tower_1_patch_graph"] = median_ms(replay, args.repeats, synchronize)
+    frames = [
+        np.random.default_rng(index).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        for index in range(TEMPORAL * CLIP_PATCHES)
+    ]
+    processor = image_processor()
+    times["preprocess_2_frames"] = median_ms(
+        lambda: processor(images=frames[:2], return_tensors="pt"), args.repeats, synchronize
+    )
+    times["preprocess_16_frames"] = median_ms(
+        lambda: processor(images=frames, return_tensors="pt"), args.repeats, synchronize
+    )
+    times["hash_16_frames"] = median_ms(
+        lambda: [blake3.blake3(f).digest() for f in frames], args.repeats, synchronize
+    )
+    uncached = times["tower_8_patches_eager"] + times["preprocess_16_frames"]
+    rest = times["preprocess_2_frames"] + times["hash_16_frames"]
+    ratios = {"turn_eager": (times["tower_1_patch_eager"] + rest) / uncached}
+    if cuda:
+        ratios["turn_graph"] = (times["tower_1_patch_graph"] + rest) / uncached
+    return {
+        "device": describe_device(device),
+        "vision": args.vision,
+        "dtype": args.dtype,
+        "frame": f"{width}x{height}",
+        "tokens_per_patch": (height // PATCH) * (width // PATCH),
+        "repeats": args.repeats,
+        "body_matches_eager": body_matches,
+        "graph_matches_eager": graph_matches,
+        "ms": times,
+        "estimated_turn_ratio": ratios,
+    }
+
+
+def main() -> int:
+    cuda = torch.cuda.is_available()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if cuda else "cpu")
+    parser.add_argument("--vision", choices=("full", "tiny"), default="full" if cuda else "tiny")
+    parser.add_argument("--dtype", default="bfloat16" if cuda else "float32")
+    parser.add_argument("--frame-width", type=int, default=448)
+    parser.add_argument("--repeats", type=int, default=20 if cuda else 3)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    results = measure(args)
+    print(f"$ python {' '.join(sys.argv)}")
+    print(
+        f"{results['device']} | qwen2_vl {results['vision']} tower, {results['dtype']}, "
+        f"{results['frame']} frames"
+    )
+    for name, value in results["ms"].items():
+        print(f"{name:>24}: {value:9.2f} ms")
+    for name, value in results["estimated_turn_ratio"].items():
+        print(f"{name:>24}: {value:9.1%} of an uncached turn (target <= 1/6 = 16.7%)")
+    print(f"body == eager: {results['body_matches_eager']}; graph == eager: {results['graph_matches_eager']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    exact = results["body_matches_eager"] and results["graph_matches_eager"] is not False
+    return 0 if exact else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
