@@ -86,6 +86,18 @@ def test_a_grid_seen_twice_is_captured_then_replayed_equal_to_the_eager_call(qwe
     assert graphs.refused is None
 
 
+def test_a_patch_shape_seen_in_a_clip_makes_the_first_one_patch_call_a_capture(qwen2_vl: Any) -> None:
+    graphs = TowerGraphs(qwen2_vl, capture=eager_chain, device_type="cpu")
+    pixels, grid = patch(4, 6)
+    clip = Counted(qwen2_vl, torch.cat([pixels, pixels + 1]), grid.repeat(2, 1))  # 2 patches
+    encode(graphs, clip)
+    assert graphs.captures == 0
+    one = Counted(qwen2_vl, pixels, grid)  # a warm turn's one new patch, of the clip's shape
+    encode(graphs, one)
+    assert graphs.captures == 1
+    assert torch.equal(encode(graphs, one)[0], one()[0]) and graphs.replays == 1
+
+
 def test_a_replay_that_differs_from_the_eager_call_turns_graphs_off_with_the_reason(qwen2_vl: Any) -> None:
     def wrong(body: Callable[[Any], Any], example: Any) -> Callable[[Any], Any]:
         return lambda pixels: body(pixels) + 1

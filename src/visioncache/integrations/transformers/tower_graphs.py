@@ -5,7 +5,9 @@ Why: a warm sliding-window turn encodes one temporal patch, and on a GPU that ca
 tower on an H100: 16.6 ms eager, 5.6 ms replayed from a graph; ``benchmarks/bench_tower_graph.py``).
 A graph replays the launches as one.
 
-How: a grid (and dtype, device) encoded a second time is captured. The eager call records what
+How: a call whose patch shape (rows of the grid, dtype, device) was encoded before is captured
+for its grid; so the first turn of a live window (8 patches) makes the second (1 patch) a
+capture, and later turns replays, while a shape seen once costs no capture. The eager call records what
 its blocks receive: the rotary position embeddings and the sequence bounds, which depend on the
 grid alone. The bounds move to the host, where the SDPA and eager attention paths only read them
 to split the sequence, so the blocks run without a host sync and can be captured:
@@ -34,6 +36,7 @@ __all__ = ["Capture", "Replay", "TowerGraphs", "cuda_capture"]
 Replay = Callable[[torch.Tensor], torch.Tensor]  # pixels -> pooled output (shared buffer)
 Capture = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], Replay]
 _Key = tuple[tuple[tuple[int, ...], ...], torch.dtype, torch.device, torch.Size]
+_Shape = tuple[tuple[int, ...], torch.dtype, torch.device]
 
 
 def cuda_capture(body: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor) -> Replay:
@@ -42,8 +45,7 @@ def cuda_capture(body: Callable[[torch.Tensor], torch.Tensor], example: torch.Te
     stream = torch.cuda.Stream(example.device)  # type: ignore[no-untyped-call]
     stream.wait_stream(torch.cuda.current_stream(example.device))
     with torch.cuda.stream(stream):  # warm up off the default stream, as capture requires
-        for _ in range(2):
-            body(static)
+        body(static)
     torch.cuda.current_stream(example.device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -72,7 +74,7 @@ class TowerGraphs:
         self.refused: str | None = None
         self._capture = capture
         self._graphs: OrderedDict[_Key, Replay] = OrderedDict()
-        self._seen: OrderedDict[_Key, None] = OrderedDict()
+        self._seen: OrderedDict[_Shape, None] = OrderedDict()  # patch shapes encoded before
         self._lock = threading.Lock()
         inner = getattr(model, "model", model)
         self._tower: Any = getattr(inner, "visual", None)
@@ -86,10 +88,13 @@ class TowerGraphs:
         self, pixels: torch.Tensor, grids: torch.Tensor, eager: Callable[[], Sequence[torch.Tensor]]
     ) -> Sequence[torch.Tensor]:
         """Per grid row, the tower's pooled output: replayed for a captured grid, else ``eager()``
-        (``model.get_video_features``'s ``pooler_output``), capturing a grid it has seen before."""
+        (``model.get_video_features``'s ``pooler_output``), capturing a grid whose patch shapes it
+        has encoded before."""
         if self.limit == 0 or self.refused is not None or pixels.device.type != self.device_type:
             return eager()
-        key: _Key = (tuple(map(tuple, grids.tolist())), pixels.dtype, pixels.device, pixels.shape)
+        rows = tuple(map(tuple, grids.tolist()))
+        key: _Key = (rows, pixels.dtype, pixels.device, pixels.shape)
+        shapes = [(row, pixels.dtype, pixels.device) for row in dict.fromkeys(rows)]
         sizes = (grids.prod(-1) // self._tower.spatial_merge_size**2).tolist()
         with self._lock:
             replay = self._graphs.get(key)
@@ -97,10 +102,13 @@ class TowerGraphs:
                 self._graphs.move_to_end(key)
                 self.replays += 1
                 return torch.split(replay(pixels).clone(), sizes)  # clone: the next replay overwrites it
-            if key not in self._seen:
-                self._seen[key] = None
-                while len(self._seen) > 4 * self.limit:
-                    self._seen.popitem(last=False)
+            seen = all(shape in self._seen for shape in shapes)
+            for shape in shapes:
+                self._seen[shape] = None
+                self._seen.move_to_end(shape)
+            while len(self._seen) > 4 * self.limit:
+                self._seen.popitem(last=False)
+            if not seen:
                 return eager()
             return self._capture_grid(key, pixels, sizes, eager)
 
