@@ -4,6 +4,12 @@ Guarantee: after a failure, `allow` answers False (no network call) until ``retr
 seconds have passed; then it lets exactly one caller through as a probe, even with many threads,
 and closes again only when that probe succeeds. So a dead, locked or stalled tier costs at most one
 timeout per interval, and a server that is back is used again within one interval.
+
+A success closes the breaker only if no failure was recorded after its call was admitted (`admit`
+hands out the failure count as a ticket): a call that began before a failure says nothing about
+the server after it. Without this, on a Redis Cluster with one node stalled, a call to a healthy
+node that ended after another thread's timeout closed the breaker again, and a request paid a
+second timeout.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ class CircuitBreaker:
         self._clock = clock
         self._lock = forking.lock()  # free in a forked child (see `visioncache.forking`)
         self._open_until: float | None = None  # None: closed
+        self._failures = 0  # failures recorded so far: the tickets `admit` hands out
         self.opens = 0  # times it went from closed to open
         self.skipped = 0  # calls answered False
 
@@ -36,26 +43,29 @@ class CircuitBreaker:
     def is_open(self) -> bool:
         return self._open_until is not None
 
-    def allow(self) -> bool:
-        """Whether a call may go to the server now (a probe, if the breaker is open)."""
+    def admit(self) -> int | None:
+        """None if a call must be skipped now; else a ticket for `record_success` (the call is a
+        probe if the breaker is open)."""
         with self._lock:
-            if self._open_until is None:
-                return True
-            now = self._clock()
-            if now < self._open_until:
-                self.skipped += 1
-                return False
-            # Push the deadline on before letting this caller probe: concurrent callers keep
-            # skipping, so the probe is the only call that can wait on a timeout this interval.
-            self._open_until = now + self.retry_interval
-            return True
+            if self._open_until is not None:
+                now = self._clock()
+                if now < self._open_until:
+                    self.skipped += 1
+                    return None
+                # Push the deadline on before letting this caller probe: concurrent callers keep
+                # skipping, so the probe is the only call that can wait on a timeout this interval.
+                self._open_until = now + self.retry_interval
+            return self._failures
 
-    def record_success(self) -> None:
+    def record_success(self, ticket: int) -> None:
+        """Close, unless a failure was recorded since the call holding ``ticket`` was admitted."""
         with self._lock:
-            self._open_until = None
+            if ticket == self._failures:
+                self._open_until = None
 
     def record_failure(self) -> None:
         with self._lock:
+            self._failures += 1
             if self._open_until is None:
                 self.opens += 1
             self._open_until = self._clock() + self.retry_interval

@@ -37,19 +37,20 @@ class GuardedTier:
 
     def call(self, operation: Callable[[], Any]) -> tuple[bool, Any]:
         """(True, result) of ``operation``, or (False, None) if the breaker skipped it or it failed."""
-        if not self.breaker.allow():
+        ticket = self.breaker.admit()
+        if ticket is None:
             return False, None
         try:
             result = operation()
         except CorruptEntryError:  # one key's problem, not the tier's: the caller handles it
-            self.breaker.record_success()
+            self.breaker.record_success(ticket)
             raise
         except Exception as error:  # a tier must never fail a request
             self.breaker.record_failure()
             logger.warning("tier %s failed: %r", self.name, error)
             self.add("errors")
             return False, None
-        self.breaker.record_success()
+        self.breaker.record_success(ticket)
         return True, result
 
     def add(self, counter: str, count: int = 1) -> None:
