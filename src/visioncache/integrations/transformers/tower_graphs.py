@@ -23,13 +23,14 @@ graph's input and output buffers are shared.
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from visioncache import forking
 
 __all__ = ["Capture", "Replay", "TowerGraphs", "cuda_capture"]
 
@@ -75,7 +76,7 @@ class TowerGraphs:
         self._capture = capture
         self._graphs: OrderedDict[_Key, Replay] = OrderedDict()
         self._seen: OrderedDict[_Shape, None] = OrderedDict()  # patch shapes encoded before
-        self._lock = threading.Lock()
+        self._lock = forking.lock()  # free in a forked child (see `visioncache.forking`)
         inner = getattr(model, "model", model)
         self._tower: Any = getattr(inner, "visual", None)
         if not all(hasattr(self._tower, name) for name in ("patch_embed", "blocks", "merger")):
