@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_gpu import build_tower, describe_device, image_processor
+from bench_gpu import build_tower, describe_device, image_processor, median_seconds
 
 PATCH = 14  # Qwen2-VL's patch size; a temporal patch is 2 frames
 TEMPORAL = 2
@@ -45,15 +43,7 @@ CLIP_PATCHES = 8  # 16 frames
 
 
 def median_ms(call: Callable[[], object], repeats: int, synchronize: Callable[[], None]) -> float:
-    call()
-    synchronize()
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        synchronize()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e3
+    return median_seconds(call, repeats, synchronize) * 1e3
 
 
 def grid_inputs(patches: int, height: int, width: int, device: torch.device, dtype: torch.dtype) -> Any:
