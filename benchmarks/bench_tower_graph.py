@@ -6,16 +6,13 @@ its ~730 kernel launches and the host syncs between them, not by the GPU (docs/b
 warm video turn's CPU side"). This script measures, side by side in one run, on one frame size:
 
 - the tower's eager call on 1 temporal patch and on 8 (the uncached clip of 16 frames);
-- the same one-patch call replayed from a CUDA graph captured for that grid (GPU only). What
-  depends only on the grid (rotary position embeddings, sequence bounds) is computed once by the
-  eager forward and kept; the bounds stay on the host, where the SDPA path reads them, so the
-  blocks run with no host sync and can be captured. The graph's output is checked equal to the
-  eager call's (``torch.equal``: the same kernels on the same inputs);
+- the same one-patch call through ``TowerGraphs`` (``integrations/transformers/tower_graphs.py``,
+  what ``CachedVisionModel`` uses): its chain (patch_embed -> blocks -> merger) run eagerly from
+  the grid inputs recorded from the eager forward, and (GPU only) that chain replayed from a CUDA
+  graph. Each is kept only once its first output is ``torch.equal`` to the eager call's;
 - the image processor on the 2 frames a warm turn brings and on 16, and blake3 over 16 frames
   (what a warm turn hashes), so the turn ratio can be estimated from figures of the same run:
   (tower(1) + preprocess(2) + hash(16)) / (tower(8) + preprocess(16)), eager and graphed.
-
-It is a probe, not a feature: visioncache's video path does not capture graphs yet.
 
 usage: python benchmarks/bench_tower_graph.py [--device cuda|cpu] [--vision full|tiny]
                                               [--frame-width 448] [--repeats N] [--json PATH]
@@ -28,6 +25,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import blake3
@@ -36,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_gpu import build_tower, describe_device, image_processor, median_seconds
+from visioncache.integrations.transformers.tower_graphs import TowerGraphs
 
 PATCH = 14  # Qwen2-VL's patch size; a temporal patch is 2 frames
 TEMPORAL = 2
@@ -54,29 +53,6 @@ def grid_inputs(patches: int, height: int, width: int, device: torch.device, dty
     return pixels, grid
 
 
-def block_kwargs(tower: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor) -> dict[str, Any]:
-    """The keyword arguments the eager forward gives the first block (they depend on the grid only)."""
-    seen: dict[str, Any] = {}
-
-    def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if len(args) != 1:
-            raise RuntimeError(
-                f"this transformers passes a block {len(args)} positional arguments; expected 1"
-            )
-        seen.update(kwargs)
-
-    handle = tower.blocks[0].register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        tower(pixels, grid_thw=grid)
-    finally:
-        handle.remove()
-    if not isinstance(seen.get("cu_seqlens"), torch.Tensor):
-        raise RuntimeError(f"the blocks got no cu_seqlens tensor (keywords: {sorted(seen)})")
-    # The SDPA path reads the bounds only to split the sequence by length: kept on the host, they
-    # cost the blocks no device sync (a graph cannot capture one).
-    return {**seen, "cu_seqlens": seen["cu_seqlens"].cpu()}
-
-
 def pooled(output: Any) -> torch.Tensor:
     return output.pooler_output if hasattr(output, "pooler_output") else output
 
@@ -92,43 +68,35 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     tower = build_tower("qwen2_vl", args.vision, dtype, device)
     one, one_grid = grid_inputs(1, height, width, device, dtype)
     clip, clip_grid = grid_inputs(CLIP_PATCHES, height, width, device, dtype)
-    kwargs = block_kwargs(tower, one, one_grid)
+    rows = one_grid.cpu()
 
-    def body(pixels: torch.Tensor) -> torch.Tensor:
-        hidden = tower.patch_embed(pixels)
-        for block in tower.blocks:
-            hidden = block(hidden, **kwargs)
-        return tower.merger(hidden)
+    def eager() -> list[torch.Tensor]:
+        return [pooled(tower(one, grid_thw=one_grid))]
 
-    eager = pooled(tower(one, grid_thw=one_grid))
-    body_matches = torch.equal(body(one), eager)
+    def kept(graphs: TowerGraphs) -> Callable[[], object]:
+        """``graphs``' call on the one-patch grid, once it holds a capture checked equal to eager."""
+        for _ in range(2):  # seen, then captured: its first replay must equal the eager call
+            graphs.encode(one, rows, eager)
+        return lambda: graphs.encode(one, rows, eager)
+
+    # The chain (patch_embed -> blocks -> merger) run eagerly from the recorded grid inputs: how
+    # much of the eager call's cost is the chain itself, and whether it reproduces the call.
+    chain = TowerGraphs(
+        SimpleNamespace(visual=tower), capture=lambda body, example: body, device_type=device.type
+    )
     times = {
         "tower_1_patch_eager": median_ms(lambda: tower(one, grid_thw=one_grid), args.repeats, synchronize),
-        "tower_1_patch_body": median_ms(lambda: body(one), args.repeats, synchronize),
+        "tower_1_patch_body": median_ms(kept(chain), args.repeats, synchronize),
         "tower_8_patches_eager": median_ms(
             lambda: tower(clip, grid_thw=clip_grid), args.repeats, synchronize
         ),
     }
+    body_matches = chain.captures == 1 and chain.refused is None
     graph_matches = None
-    if cuda:
-        static = one.clone()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                body(static)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = body(static)
-
-        def replay() -> torch.Tensor:
-            static.copy_(one)
-            graph.replay()
-            return static_out.clone()  # the next replay overwrites static_out
-
-        graph_matches = torch.equal(replay(), eager)
-        times["tower_1_patch_graph"] = median_ms(replay, args.repeats, synchronize)
+    if cuda:  # the chain captured in a CUDA graph, as CachedVisionModel keeps it
+        graphs = TowerGraphs(SimpleNamespace(visual=tower))
+        times["tower_1_patch_graph"] = median_ms(kept(graphs), args.repeats, synchronize)
+        graph_matches = graphs.captures == 1 and graphs.refused is None
     frames = [
         np.random.default_rng(index).integers(0, 256, (height, width, 3), dtype=np.uint8)
         for index in range(TEMPORAL * CLIP_PATCHES)

@@ -1,6 +1,6 @@
 """`CircuitBreaker`: after a failure, skip a remote tier for a while instead of waiting on it again.
 
-Guarantee: after a failure, `allow` answers False (no network call) until ``retry_interval``
+Guarantee: after a failure, `admit` answers None (no network call) until ``retry_interval``
 seconds have passed; then it lets exactly one caller through as a probe, even with many threads,
 and closes again only when that probe succeeds. So a dead, locked or stalled tier costs at most one
 timeout per interval, and a server that is back is used again within one interval.
