@@ -8,7 +8,9 @@ GPU is present (benchmarks/bench_tower_graph.py measures it).
 
 from __future__ import annotations
 
+import gc
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -84,6 +86,32 @@ def test_a_grid_seen_twice_is_captured_then_replayed_equal_to_the_eager_call(qwe
     other = Counted(qwen2_vl, *patch(4, 6, seed=1))  # same grid, other pixels: the graph reads them
     assert torch.equal(encode(graphs, other)[0], other()[0])
     assert graphs.refused is None
+
+
+def addresses_only(body: Callable[[Any], Any], example: Any) -> Callable[[Any], Any]:
+    """A stand-in that, like a CUDA graph, holds no reference to what it was captured from: its
+    replay fails where the body (and the recorded tensors it reads) were freed."""
+    held = weakref.ref(body)
+
+    def replay(pixels: Any) -> Any:
+        alive = held()
+        assert alive is not None, "the graph replays memory that was freed after the capture"
+        return alive(pixels)
+
+    return replay
+
+
+def test_a_kept_graph_keeps_what_it_reads_alive(qwen2_vl: Any) -> None:
+    """Regression: on an H100 the rotary embeddings recorded for a graph were freed once the capture
+    returned; later allocations reused their memory and replays gave wrong embeddings (a video bench's
+    logits differed from the uncached path by 0.94). TowerGraphs now keeps each graph's body."""
+    graphs = TowerGraphs(qwen2_vl, capture=addresses_only, device_type="cpu")
+    eager = Counted(qwen2_vl, *patch(4, 6))
+    encode(graphs, eager)
+    encode(graphs, eager)  # captured
+    gc.collect()
+    assert torch.equal(encode(graphs, eager)[0], eager()[0])
+    assert (graphs.captures, graphs.replays, graphs.refused) == (1, 1, None)
 
 
 def test_a_patch_shape_seen_in_a_clip_makes_the_first_one_patch_call_a_capture(qwen2_vl: Any) -> None:
@@ -193,4 +221,8 @@ def test_cuda_graph_replay_equals_the_eager_tower() -> None:
         for _ in range(4):
             output = encode(graphs, eager)
             assert torch.equal(output[0], expected[0])
+            gc.collect()
+            # Regression: a graph read freed memory that these allocations overwrite (see above).
+            scribbles = [torch.full((2**bits,), float("nan"), device="cuda") for bits in range(6, 22)]
+            del scribbles
     assert (graphs.refused, graphs.captures, graphs.replays, eager.calls) == (None, 1, 2, 3)

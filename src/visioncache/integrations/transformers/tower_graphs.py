@@ -14,6 +14,10 @@ to split the sequence, so the blocks run without a host sync and can be captured
 ``patch_embed -> blocks -> merger``. Later calls with that grid copy their pixels into the graph's
 input and replay it.
 
+A graph holds device addresses, not tensors: each is kept with the body it was captured from, so
+the recorded arguments it reads are never freed and reused while it can replay (a defect found on
+an H100, where later allocations overwrote the freed rotary embeddings and replays went wrong).
+
 Exact by check, not by name: the first replay must equal the eager output bit for bit
 (``torch.equal``), or graphs are refused for this model and the reason kept (``refused``), as
 for a tower whose forward does more than that chain (Qwen2.5-VL's windows). At most ``limit``
@@ -52,7 +56,10 @@ def cuda_capture(body: Callable[[torch.Tensor], torch.Tensor], example: torch.Te
     with torch.cuda.graph(graph):
         output = body(static)
 
-    def replay(pixels: torch.Tensor) -> torch.Tensor:
+    def replay(pixels: torch.Tensor, body: object = body) -> torch.Tensor:
+        # ``body`` is bound to the replay only to keep it alive: a graph holds device addresses, not
+        # tensors, so the arguments ``body`` closes over (the recorded rotary embeddings) must live as
+        # long as the graph, or their freed memory is reused and a replay reads what was put there.
         static.copy_(pixels)
         graph.replay()
         return output
@@ -74,7 +81,8 @@ class TowerGraphs:
         self.replays = 0
         self.refused: str | None = None
         self._capture = capture
-        self._graphs: OrderedDict[_Key, Replay] = OrderedDict()
+        # each graph with the body it was captured from: what the body reads must outlive the graph
+        self._graphs: OrderedDict[_Key, tuple[Replay, Callable[[torch.Tensor], torch.Tensor]]] = OrderedDict()
         self._seen: OrderedDict[_Shape, None] = OrderedDict()  # patch shapes encoded before
         self._lock = forking.lock()  # free in a forked child (see `visioncache.forking`)
         inner = getattr(model, "model", model)
@@ -98,11 +106,11 @@ class TowerGraphs:
         shapes = [(row, pixels.dtype, pixels.device) for row in dict.fromkeys(rows)]
         sizes = (grids.prod(-1) // self._tower.spatial_merge_size**2).tolist()
         with self._lock:
-            replay = self._graphs.get(key)
-            if replay is not None:
+            kept = self._graphs.get(key)
+            if kept is not None:
                 self._graphs.move_to_end(key)
                 self.replays += 1
-                return torch.split(replay(pixels).clone(), sizes)  # clone: the next replay overwrites it
+                return torch.split(kept[0](pixels).clone(), sizes)  # clone: the next replay overwrites it
             seen = all(shape in self._seen for shape in shapes)
             for shape in shapes:
                 self._seen[shape] = None
@@ -123,8 +131,9 @@ class TowerGraphs:
         kwargs, expected = self._record(eager)
         if kwargs is None:
             return expected
+        body = self._body(kwargs)
         try:
-            replay = self._capture(self._body(kwargs), pixels.to(self._tower.dtype))
+            replay = self._capture(body, pixels.to(self._tower.dtype))
             parts = torch.split(replay(pixels), sizes)
             same = len(parts) == len(expected) and all(map(torch.equal, parts, expected))
         except Exception as error:  # what torch refuses to capture varies by release
@@ -132,7 +141,7 @@ class TowerGraphs:
         if not same:
             return self._refuse("a replay differed from the eager call", expected)
         self.captures += 1
-        self._graphs[key] = replay
+        self._graphs[key] = (replay, body)
         while len(self._graphs) > self.limit:
             self._graphs.popitem(last=False)
         return expected
