@@ -38,14 +38,18 @@ from visioncache import forking
 
 __all__ = ["Capture", "Replay", "TowerGraphs", "cuda_capture"]
 
+Body = Callable[[torch.Tensor], torch.Tensor]  # the tower's chain, with the recorded arguments
 Replay = Callable[[torch.Tensor], torch.Tensor]  # pixels -> pooled output (shared buffer)
-Capture = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], Replay]
+# A capture's replay may hold only device addresses (a CUDA graph does): whoever keeps the replay
+# keeps the body too, so the tensors the body closes over are never freed while it can replay.
+Capture = Callable[[Body, torch.Tensor], Replay]
 _Key = tuple[tuple[tuple[int, ...], ...], torch.dtype, torch.device, torch.Size]
 _Shape = tuple[tuple[int, ...], torch.dtype, torch.device]
 
 
-def cuda_capture(body: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor) -> Replay:
-    """``body`` captured in a CUDA graph on ``example``'s shape; the replay reads its argument."""
+def cuda_capture(body: Body, example: torch.Tensor) -> Replay:
+    """``body`` captured in a CUDA graph on ``example``'s shape; the replay reads its argument.
+    The graph reads what ``body`` closes over by address: the caller keeps ``body`` alive."""
     static = example.clone()
     stream = torch.cuda.Stream(example.device)  # type: ignore[no-untyped-call]
     stream.wait_stream(torch.cuda.current_stream(example.device))
@@ -56,10 +60,7 @@ def cuda_capture(body: Callable[[torch.Tensor], torch.Tensor], example: torch.Te
     with torch.cuda.graph(graph):
         output = body(static)
 
-    def replay(pixels: torch.Tensor, body: object = body) -> torch.Tensor:
-        # ``body`` is bound to the replay only to keep it alive: a graph holds device addresses, not
-        # tensors, so the arguments ``body`` closes over (the recorded rotary embeddings) must live as
-        # long as the graph, or their freed memory is reused and a replay reads what was put there.
+    def replay(pixels: torch.Tensor) -> torch.Tensor:
         static.copy_(pixels)
         graph.replay()
         return output
@@ -82,7 +83,7 @@ class TowerGraphs:
         self.refused: str | None = None
         self._capture = capture
         # each graph with the body it was captured from: what the body reads must outlive the graph
-        self._graphs: OrderedDict[_Key, tuple[Replay, Callable[[torch.Tensor], torch.Tensor]]] = OrderedDict()
+        self._graphs: OrderedDict[_Key, tuple[Replay, Body]] = OrderedDict()
         self._seen: OrderedDict[_Shape, None] = OrderedDict()  # patch shapes encoded before
         self._lock = forking.lock()  # free in a forked child (see `visioncache.forking`)
         inner = getattr(model, "model", model)
@@ -168,7 +169,7 @@ class TowerGraphs:
             return None, expected
         return {**seen, "cu_seqlens": bounds.cpu()}, expected
 
-    def _body(self, kwargs: dict[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def _body(self, kwargs: dict[str, Any]) -> Body:
         tower = self._tower
 
         def body(pixels: torch.Tensor) -> torch.Tensor:
